@@ -1,0 +1,1 @@
+//! The task forest and its lifecycle, sans-IO.

@@ -1,0 +1,149 @@
+//! Task identifiers.
+//!
+//! A [`TaskId`] is a `Copy` newtype over 128 bits, of which 122 come from the
+//! operating system's random number generator (a UUID version 4). Ids are never
+//! derived from time or counters, so a task id can double as a bearer handle
+//! (tasks extension, "Task ID unguessability").
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The identifier of one task, unique across the process and unguessable.
+///
+/// On the wire it is the hyphenated lowercase UUID form
+/// (`786512e2-9e0d-44bd-8f29-789f320fe840`).
+///
+/// # Examples
+///
+/// ```
+/// use subtask::model::TaskId;
+/// let id = TaskId::random();
+/// let parsed: TaskId = id.to_string().parse().unwrap();
+/// assert_eq!(id, parsed);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(u128);
+
+impl TaskId {
+    /// A fresh id with 122 random bits from the OS RNG (UUID v4).
+    pub fn random() -> Self {
+        TaskId(uuid::Uuid::new_v4().as_u128())
+    }
+
+    /// The id as a 128-bit integer (for hashing, sharding, storage keys).
+    pub fn as_u128(self) -> u128 {
+        self.0
+    }
+
+    /// Rebuilds an id from [`TaskId::as_u128`]. Only for storage round-trips:
+    /// new ids must come from [`TaskId::random`].
+    pub fn from_u128(value: u128) -> Self {
+        TaskId(value)
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut buf = uuid::Uuid::encode_buffer();
+        f.write_str(uuid::Uuid::from_u128(self.0).hyphenated().encode_lower(&mut buf))
+    }
+}
+
+impl fmt::Debug for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TaskId({self})")
+    }
+}
+
+/// Error returned when a string is not a task id (a hyphenated UUID).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseTaskIdError;
+
+impl fmt::Display for ParseTaskIdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("task id is not a hyphenated uuid")
+    }
+}
+
+impl std::error::Error for ParseTaskIdError {}
+
+impl FromStr for TaskId {
+    type Err = ParseTaskIdError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        // Only the canonical 36-character hyphenated form is accepted, so one
+        // task has exactly one spelling on the wire.
+        if s.len() != 36 {
+            return Err(ParseTaskIdError);
+        }
+        uuid::Uuid::try_parse(s)
+            .map(|u| TaskId(u.as_u128()))
+            .map_err(|_| ParseTaskIdError)
+    }
+}
+
+impl Serialize for TaskId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut buf = uuid::Uuid::encode_buffer();
+        serializer.serialize_str(uuid::Uuid::from_u128(self.0).hyphenated().encode_lower(&mut buf))
+    }
+}
+
+impl<'de> Deserialize<'de> for TaskId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = TaskId;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a task id (hyphenated uuid string)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<TaskId, E> {
+                v.parse()
+                    .map_err(|_| E::custom(format_args!("invalid task id {v:?}: expected a hyphenated uuid")))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_ids_are_version_4_and_distinct() {
+        let a = TaskId::random();
+        let b = TaskId::random();
+        assert_ne!(a, b);
+        let u = uuid::Uuid::from_u128(a.as_u128());
+        assert_eq!(u.get_version_num(), 4);
+    }
+
+    #[test]
+    fn display_parse_round_trip() {
+        let id: TaskId = "786512e2-9e0d-44bd-8f29-789f320fe840".parse().unwrap();
+        assert_eq!(id.to_string(), "786512e2-9e0d-44bd-8f29-789f320fe840");
+        assert_eq!(
+            serde_json::to_string(&id).unwrap(),
+            "\"786512e2-9e0d-44bd-8f29-789f320fe840\""
+        );
+    }
+
+    #[test]
+    fn non_canonical_spellings_are_rejected() {
+        for bad in [
+            "",
+            "task-1",
+            "786512e29e0d44bd8f29789f320fe840",
+            "{786512e2-9e0d-44bd-8f29-789f320fe840}",
+            "786512e2-9e0d-44bd-8f29-789f320fe84g",
+        ] {
+            assert!(bad.parse::<TaskId>().is_err(), "{bad}");
+        }
+        let err = serde_json::from_str::<TaskId>("\"nope\"").unwrap_err();
+        assert!(err.to_string().contains("invalid task id"), "{err}");
+        assert!(serde_json::from_str::<TaskId>("42").is_err());
+    }
+}
