@@ -1,1 +1,31 @@
 //! The task forest and its lifecycle, sans-IO.
+//!
+//! Commands go in (`create_root`, `create_child`, `start`, `request_input`,
+//! `answer_input`, `steer`, `take_steers`, `pause`, `pause_self`,
+//! `reach_safe_point`, `resume`, `cancel`, `finish`, `set_ttl`,
+//! `handle_timeout`, `delete_tree`), each with the current time; effects come
+//! out through [`Forest::poll_effect`] and the next deadline through
+//! [`Forest::next_deadline`]. No tokio, no locks, no clock reads, no I/O.
+//!
+//! The lifecycle table, the invariants I1–I12 and the decisions it enforces
+//! are in `docs/lifecycle.md`.
+
+mod config;
+mod effect;
+mod error;
+mod forest;
+mod invariants;
+mod lifecycle;
+mod order;
+mod record;
+#[cfg(test)]
+mod tests;
+
+pub use config::{ForestConfig, Limits};
+pub use effect::Effect;
+pub use error::{Limit, TransitionError};
+pub use forest::{ChildOptions, ClientView, Forest, IdHasher, IdMap, RootOptions};
+pub use invariants::InvariantViolation;
+pub use lifecycle::{CancelOutcome, PauseOutcome, SafePoint, expired_error};
+pub use order::ResultCursor;
+pub use record::{Active, Ending, HandlerOutcome, HandlerState, InputBook, PauseState, Phase, TaskRecord, Terminal};

@@ -24,30 +24,42 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// assert_eq!(id, parsed);
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TaskId(u128);
+pub struct TaskId {
+    // Two u64 halves rather than a u128: 8-byte alignment keeps
+    // `Option<TaskId>` at 24 bytes inside every task record.
+    hi: u64,
+    lo: u64,
+}
 
 impl TaskId {
     /// A fresh id with 122 random bits from the OS RNG (UUID v4).
     pub fn random() -> Self {
-        TaskId(uuid::Uuid::new_v4().as_u128())
+        TaskId::from_u128(uuid::Uuid::new_v4().as_u128())
     }
 
     /// The id as a 128-bit integer (for hashing, sharding, storage keys).
     pub fn as_u128(self) -> u128 {
-        self.0
+        (u128::from(self.hi) << 64) | u128::from(self.lo)
     }
 
     /// Rebuilds an id from [`TaskId::as_u128`]. Only for storage round-trips:
     /// new ids must come from [`TaskId::random`].
     pub fn from_u128(value: u128) -> Self {
-        TaskId(value)
+        TaskId {
+            hi: (value >> 64) as u64,
+            lo: value as u64,
+        }
     }
 }
 
 impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut buf = uuid::Uuid::encode_buffer();
-        f.write_str(uuid::Uuid::from_u128(self.0).hyphenated().encode_lower(&mut buf))
+        f.write_str(
+            uuid::Uuid::from_u128(self.as_u128())
+                .hyphenated()
+                .encode_lower(&mut buf),
+        )
     }
 }
 
@@ -79,7 +91,7 @@ impl FromStr for TaskId {
             return Err(ParseTaskIdError);
         }
         uuid::Uuid::try_parse(s)
-            .map(|u| TaskId(u.as_u128()))
+            .map(|u| TaskId::from_u128(u.as_u128()))
             .map_err(|_| ParseTaskIdError)
     }
 }
@@ -87,7 +99,11 @@ impl FromStr for TaskId {
 impl Serialize for TaskId {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut buf = uuid::Uuid::encode_buffer();
-        serializer.serialize_str(uuid::Uuid::from_u128(self.0).hyphenated().encode_lower(&mut buf))
+        serializer.serialize_str(
+            uuid::Uuid::from_u128(self.as_u128())
+                .hyphenated()
+                .encode_lower(&mut buf),
+        )
     }
 }
 

@@ -1,0 +1,72 @@
+//! What the core asks its driver to do, drained with `Forest::poll_effect`.
+
+use crate::model::{JsonObject, TaskId, TaskStatus, Timestamp};
+
+/// An effect of a command, in the order it happened.
+///
+/// The core changes its own state synchronously; effects tell the driver
+/// (the runtime) what to wake, cancel, persist, notify or schedule.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Effect {
+    /// A task was created (a root, or a subtask under `parent`).
+    Created {
+        /// The new task.
+        id: TaskId,
+        /// Its parent, if a subtask.
+        parent: Option<TaskId>,
+    },
+    /// The task changed observably during the last command (emitted once per
+    /// command and task). `from == to` means a non-status change: status
+    /// message, children, input requests, TTL.
+    Changed {
+        /// The task.
+        id: TaskId,
+        /// Wire status before the command.
+        from: TaskStatus,
+        /// Wire status after the command.
+        to: TaskStatus,
+    },
+    /// A steer message was queued; a handler waiting for steers may take it.
+    SteerQueued {
+        /// The task.
+        id: TaskId,
+    },
+    /// A client answered an outstanding input request: deliver it to the handler.
+    InputAnswered {
+        /// The task.
+        id: TaskId,
+        /// The request key.
+        key: String,
+        /// The client's response.
+        response: JsonObject,
+    },
+    /// A parked or queued handler may continue (the task was resumed).
+    WakeHandler {
+        /// The task.
+        id: TaskId,
+    },
+    /// The handler should stop: a cancel was accepted or a failure decided.
+    CancelHandler {
+        /// The task.
+        id: TaskId,
+    },
+    /// A timer was armed earlier than any other armed timer: call
+    /// `Forest::handle_timeout` at `at`.
+    ArmTimer {
+        /// When.
+        at: Timestamp,
+    },
+    /// The task's record changed and must be written to the store.
+    Persist {
+        /// The task.
+        id: TaskId,
+    },
+    /// A whole tree was deleted (after its TTL and grace, or on request).
+    TreeDeleted {
+        /// The root.
+        root: TaskId,
+        /// Every task of the tree, children before parents.
+        ids: Vec<TaskId>,
+    },
+}

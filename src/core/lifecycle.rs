@@ -1,0 +1,686 @@
+//! Lifecycle commands: what handlers and clients do to tasks.
+//!
+//! Every command validates first and mutates after, so a rejected command
+//! leaves the forest untouched. Endings (cancel, failure) are decided once
+//! and settle leaves first: a task becomes terminal only when its handler
+//! has stopped and every child is terminal (I4, I6).
+
+use super::effect::Effect;
+use super::error::{Limit, TransitionError};
+use super::forest::{Forest, Timer};
+use super::record::{Ending, HandlerOutcome, HandlerState, PauseState, Phase, Terminal};
+use crate::model::{ErrorCode, ErrorObject, InputResponses, JsonObject, TaskId, TaskStatus, Timestamp};
+
+/// What a handler should do at a safe point ([`Forest::reach_safe_point`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum SafePoint {
+    /// Continue; these steer messages were queued since the last safe point,
+    /// oldest first, each delivered exactly once (I10).
+    Continue(Vec<String>),
+    /// The task is paused: park until woken ([`Effect::WakeHandler`]) or
+    /// cancelled, then call `reach_safe_point` again.
+    Park,
+    /// A cancel was accepted or a failure decided: stop.
+    Stop,
+}
+
+/// What `tasks/pause` achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum PauseOutcome {
+    /// The task is `paused` now (its handler was parked, awaiting input, not
+    /// started, or finished and waiting for children).
+    Paused,
+    /// The handler is running: the task pauses at its next safe point.
+    Pending,
+    /// The task is winding down (cancel or failure) and will not pause.
+    Unchanged,
+}
+
+/// What `tasks/cancel` achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum CancelOutcome {
+    /// The cancel was accepted and propagated to every live descendant.
+    Accepted,
+    /// A cancel or failure was already under way.
+    AlreadyEnding,
+    /// The task was already terminal; nothing changed.
+    AlreadyTerminal,
+}
+
+/// The error a task carries when its TTL elapsed before it finished.
+pub fn expired_error(ttl_ms: Option<u64>) -> ErrorObject {
+    let message = match ttl_ms {
+        Some(ttl) => format!("task expired: its TTL of {ttl} ms elapsed before it finished"),
+        None => "task expired".to_owned(),
+    };
+    ErrorObject::new(ErrorCode::INTERNAL_ERROR, message)
+        .with_data(serde_json::json!({ "reason": "ttl_expired" }))
+}
+
+impl Forest {
+    // ----- handler side ---------------------------------------------------
+
+    /// The driver started the task's handler (it had a scheduler slot and its
+    /// dependencies were terminal).
+    ///
+    /// # Errors
+    ///
+    /// `Terminal`, `AlreadyStarted`, or `Paused` (start it after resume).
+    pub fn start(&mut self, now: Timestamp, id: TaskId) -> Result<(), TransitionError> {
+        let (_, a) = self.get_active(id)?;
+        if a.handler != HandlerState::Queued {
+            return Err(TransitionError::AlreadyStarted(id));
+        }
+        if matches!(a.pause, PauseState::Paused { .. }) {
+            return Err(TransitionError::Paused(id));
+        }
+        self.begin(now);
+        if let Some(a) = self.rec_mut(id).active_mut() {
+            a.handler = HandlerState::Running;
+        }
+        self.end();
+        Ok(())
+    }
+
+    /// Sets (or clears) the handler's status message.
+    ///
+    /// # Errors
+    ///
+    /// `UnknownTask` or `Terminal`.
+    pub fn set_status_message(
+        &mut self,
+        now: Timestamp,
+        id: TaskId,
+        message: Option<String>,
+    ) -> Result<(), TransitionError> {
+        self.get_active(id)?;
+        self.begin(now);
+        self.rec_mut(id).message = message;
+        self.end();
+        Ok(())
+    }
+
+    fn require_running(&self, id: TaskId) -> Result<(), TransitionError> {
+        let (_, a) = self.get_active(id)?;
+        match a.handler {
+            HandlerState::Queued => Err(TransitionError::NotStarted(id)),
+            HandlerState::Exited(_) => Err(TransitionError::HandlerFinished(id)),
+            HandlerState::Running => Ok(()),
+        }
+    }
+
+    /// The handler asks the client for input under `key` (the task shows
+    /// `input_required`). A pause requested while running takes effect here:
+    /// awaiting input is a safe point.
+    ///
+    /// # Errors
+    ///
+    /// `DuplicateInputKey` when `key` was used before on this task (I9);
+    /// `WindingDown`; `NotStarted`/`HandlerFinished`/`Terminal`.
+    pub fn request_input(
+        &mut self,
+        now: Timestamp,
+        id: TaskId,
+        key: String,
+        request: JsonObject,
+    ) -> Result<(), TransitionError> {
+        self.require_running(id)?;
+        let rec = &self.tasks[&id];
+        if rec.is_winding_down() {
+            return Err(TransitionError::WindingDown(id));
+        }
+        if rec.inputs.used.contains(&key) {
+            return Err(TransitionError::DuplicateInputKey { id, key });
+        }
+        self.begin(now);
+        let rec = self.rec_mut(id);
+        rec.inputs.used.insert(key.clone());
+        rec.inputs.outstanding.insert(key, request);
+        if let Some(a) = rec.active_mut()
+            && let PauseState::Pending { via } = a.pause
+        {
+            a.pause = PauseState::Paused { via, prior: TaskStatus::InputRequired, reason: None };
+        }
+        self.end();
+        Ok(())
+    }
+
+    /// The handler no longer waits for `key` (the request is superseded; the
+    /// key stays used, I9). Returns whether it was outstanding.
+    ///
+    /// # Errors
+    ///
+    /// `UnknownTask`.
+    pub fn withdraw_input(&mut self, now: Timestamp, id: TaskId, key: &str) -> Result<bool, TransitionError> {
+        let rec = self.get(id)?;
+        if !rec.inputs.outstanding.contains_key(key) {
+            return Ok(false);
+        }
+        self.begin(now);
+        self.rec_mut(id).inputs.outstanding.remove(key);
+        self.end();
+        Ok(true)
+    }
+
+    /// Takes the steer messages queued so far, oldest first (I10). Nothing is
+    /// delivered while the task is paused (SEP-2669: after resume).
+    ///
+    /// # Errors
+    ///
+    /// `NotStarted`/`HandlerFinished`/`Terminal`/`UnknownTask`.
+    pub fn take_steers(&mut self, now: Timestamp, id: TaskId) -> Result<Vec<String>, TransitionError> {
+        self.require_running(id)?;
+        let rec = &self.tasks[&id];
+        if rec.steers.is_empty() || rec.status() == TaskStatus::Paused {
+            return Ok(Vec::new());
+        }
+        self.begin(now);
+        let steers = self.rec_mut(id).steers.drain(..).collect();
+        self.end();
+        Ok(steers)
+    }
+
+    /// The handler reached a safe point (a checkpoint).
+    ///
+    /// # Errors
+    ///
+    /// `NotStarted`/`HandlerFinished`/`Terminal`/`UnknownTask`.
+    pub fn reach_safe_point(&mut self, now: Timestamp, id: TaskId) -> Result<SafePoint, TransitionError> {
+        self.require_running(id)?;
+        let rec = &self.tasks[&id];
+        let Some(a) = rec.active() else { unreachable!("require_running checked the task is active") };
+        if a.ending.is_some() {
+            return Ok(SafePoint::Stop);
+        }
+        match a.pause {
+            PauseState::Paused { .. } => Ok(SafePoint::Park),
+            PauseState::Pending { via } => {
+                self.begin(now);
+                let rec = self.rec_mut(id);
+                let prior = rec.unpaused_status();
+                if let Some(a) = rec.active_mut() {
+                    a.pause = PauseState::Paused { via, prior, reason: None };
+                }
+                self.end();
+                Ok(SafePoint::Park)
+            }
+            PauseState::Unpaused => {
+                if rec.steers.is_empty() {
+                    return Ok(SafePoint::Continue(Vec::new()));
+                }
+                self.begin(now);
+                let steers = self.rec_mut(id).steers.drain(..).collect();
+                self.end();
+                Ok(SafePoint::Continue(steers))
+            }
+        }
+    }
+
+    /// Server-initiated pause (SEP-2669): the handler parks itself now, with
+    /// an optional reason, and its live descendants pause with it.
+    ///
+    /// # Errors
+    ///
+    /// `AlreadyPaused`, `WindingDown`, `NotStarted`/`HandlerFinished`/`Terminal`.
+    pub fn pause_self(&mut self, now: Timestamp, id: TaskId, reason: Option<String>) -> Result<(), TransitionError> {
+        self.require_running(id)?;
+        let rec = &self.tasks[&id];
+        let Some(a) = rec.active() else { unreachable!("require_running checked the task is active") };
+        if a.ending.is_some() {
+            return Err(TransitionError::WindingDown(id));
+        }
+        let via = match a.pause {
+            PauseState::Paused { .. } => return Err(TransitionError::AlreadyPaused(id)),
+            PauseState::Pending { via } => via,
+            PauseState::Unpaused => id,
+        };
+        self.begin(now);
+        let rec = self.rec_mut(id);
+        let prior = rec.unpaused_status();
+        if let Some(a) = rec.active_mut() {
+            a.pause = PauseState::Paused { via, prior, reason };
+        }
+        if via == id {
+            self.pause_descendants(id);
+        }
+        self.end();
+        Ok(())
+    }
+
+    /// The handler finished. The task completes (or fails) once every child
+    /// is terminal; a handler error with live children cancels them first.
+    /// After a cancel was accepted the task ends `cancelled` whatever the
+    /// handler returned.
+    ///
+    /// # Errors
+    ///
+    /// `NotStarted` (a queued handler cannot finish), `HandlerFinished`
+    /// (twice), `Terminal`, `UnknownTask`.
+    pub fn finish(&mut self, now: Timestamp, id: TaskId, outcome: HandlerOutcome) -> Result<(), TransitionError> {
+        self.require_running(id)?;
+        self.begin(now);
+        let rec = self.rec_mut(id);
+        // Outstanding requests are superseded: nobody waits for them any more.
+        rec.inputs.outstanding.clear();
+        // Undeliverable steers are dropped (I10: never delivered after the end).
+        rec.steers.clear();
+        let live_children = rec.live_children;
+        let error = match &outcome {
+            HandlerOutcome::Returned(_) => None,
+            HandlerOutcome::Errored(e) => Some(e.clone()),
+            HandlerOutcome::Aborted => Some(ErrorObject::new(ErrorCode::INTERNAL_ERROR, "handler aborted")),
+        };
+        let mut fail_children = None;
+        if let Some(a) = rec.active_mut() {
+            a.handler = HandlerState::Exited(outcome);
+            // A finished handler is parked for good: a pending pause takes effect.
+            if let PauseState::Pending { via } = a.pause {
+                a.pause = PauseState::Paused { via, prior: TaskStatus::Working, reason: None };
+            }
+            if let (None, Some(error)) = (&a.ending, error)
+                && live_children > 0
+            {
+                fail_children = Some(error);
+            }
+        }
+        if let Some(error) = fail_children {
+            // Architecture: a parent whose handler fails cancels its children first.
+            self.wind_down(id, Ending::Failing { error }, &|_| Ending::Cancelling {
+                reason: format!("parent task {id} failed"),
+            });
+        } else {
+            self.try_settle(id);
+        }
+        self.end();
+        Ok(())
+    }
+
+    // ----- client side ----------------------------------------------------
+
+    /// `tasks/update`: delivers answers to outstanding input requests.
+    /// Answers to keys that are not outstanding are ignored (I9). Returns the
+    /// keys that were accepted.
+    ///
+    /// # Errors
+    ///
+    /// `UnknownTask`; `Paused` (SEP-2669: resume first).
+    pub fn answer_input(
+        &mut self,
+        now: Timestamp,
+        id: TaskId,
+        responses: InputResponses,
+    ) -> Result<Vec<String>, TransitionError> {
+        let rec = self.get(id)?;
+        if rec.status() == TaskStatus::Paused {
+            return Err(TransitionError::Paused(id));
+        }
+        if !responses.keys().any(|k| rec.inputs.outstanding.contains_key(k)) {
+            return Ok(Vec::new());
+        }
+        self.begin(now);
+        let mut accepted = Vec::new();
+        for (key, response) in responses {
+            if self.rec_mut(id).inputs.outstanding.remove(&key).is_some() {
+                accepted.push(key.clone());
+                self.emit(Effect::InputAnswered { id, key, response });
+            }
+        }
+        self.end();
+        Ok(accepted)
+    }
+
+    /// `tasks/steer`: queues a message for delivery at the next safe point.
+    ///
+    /// # Errors
+    ///
+    /// `Terminal` (SEP-2669); `WindingDown` and `HandlerFinished` when no
+    /// handler will ever take it; `LimitExceeded` for queue length or size.
+    pub fn steer(&mut self, now: Timestamp, id: TaskId, message: String) -> Result<(), TransitionError> {
+        let (rec, a) = self.get_active(id)?;
+        if a.ending.is_some() {
+            return Err(TransitionError::WindingDown(id));
+        }
+        if matches!(a.handler, HandlerState::Exited(_)) {
+            return Err(TransitionError::HandlerFinished(id));
+        }
+        let limits = self.config.limits;
+        if message.len() > limits.max_steer_bytes as usize {
+            return Err(TransitionError::LimitExceeded {
+                id,
+                limit: Limit::SteerBytes { max: limits.max_steer_bytes },
+            });
+        }
+        if rec.steers.len() >= limits.max_steer_queue as usize {
+            return Err(TransitionError::LimitExceeded {
+                id,
+                limit: Limit::SteerQueue { max: limits.max_steer_queue },
+            });
+        }
+        self.begin(now);
+        self.rec_mut(id).steers.push_back(message);
+        self.emit(Effect::SteerQueued { id });
+        self.end();
+        Ok(())
+    }
+
+    /// `tasks/pause`: pauses the task and its live descendants (pause
+    /// propagates down). The task is `paused` at once when its handler is
+    /// parked; otherwise the pause is pending until the next safe point.
+    ///
+    /// # Errors
+    ///
+    /// `Terminal`, `AlreadyPaused`, `UnknownTask`.
+    pub fn pause(&mut self, now: Timestamp, id: TaskId) -> Result<PauseOutcome, TransitionError> {
+        let (_, a) = self.get_active(id)?;
+        match a.pause {
+            PauseState::Paused { .. } => return Err(TransitionError::AlreadyPaused(id)),
+            PauseState::Pending { .. } => return Ok(PauseOutcome::Pending),
+            PauseState::Unpaused => {}
+        }
+        if a.ending.is_some() {
+            return Ok(PauseOutcome::Unchanged);
+        }
+        self.begin(now);
+        self.pause_one(id, id);
+        self.pause_descendants(id);
+        let outcome = match self.tasks[&id].active().map(|a| &a.pause) {
+            Some(PauseState::Paused { .. }) => PauseOutcome::Paused,
+            _ => PauseOutcome::Pending,
+        };
+        self.end();
+        Ok(outcome)
+    }
+
+    fn pause_one(&mut self, id: TaskId, via: TaskId) {
+        let rec = &self.tasks[&id];
+        let Some(a) = rec.active() else { return };
+        if a.ending.is_some() || a.pause != PauseState::Unpaused {
+            return;
+        }
+        let parked = a.handler != HandlerState::Running || !rec.inputs.outstanding.is_empty();
+        let prior = rec.unpaused_status();
+        if let Some(a) = self.rec_mut(id).active_mut() {
+            a.pause = if parked {
+                PauseState::Paused { via, prior, reason: None }
+            } else {
+                PauseState::Pending { via }
+            };
+        }
+    }
+
+    fn pause_descendants(&mut self, id: TaskId) {
+        for t in self.live_subtree_post_order(id) {
+            if t != id {
+                self.pause_one(t, id);
+            }
+        }
+    }
+
+    /// `tasks/resume`: resumes the task and the descendants that were paused
+    /// through it; a descendant paused on its own stays paused. Outstanding
+    /// input requests and queued steers survive (I11).
+    ///
+    /// # Errors
+    ///
+    /// `Terminal`, `NotPaused`, `UnknownTask`.
+    pub fn resume(&mut self, now: Timestamp, id: TaskId) -> Result<(), TransitionError> {
+        let (rec, _) = self.get_active(id)?;
+        let status = rec.status();
+        if status != TaskStatus::Paused {
+            return Err(TransitionError::NotPaused { id, status });
+        }
+        self.begin(now);
+        self.unpause_one(id);
+        for t in self.live_subtree_post_order(id) {
+            if t == id {
+                continue;
+            }
+            let via = match self.tasks[&t].active().map(|a| &a.pause) {
+                Some(PauseState::Pending { via } | PauseState::Paused { via, .. }) => *via,
+                _ => continue,
+            };
+            if via == id {
+                self.unpause_one(t);
+            }
+        }
+        self.end();
+        Ok(())
+    }
+
+    fn unpause_one(&mut self, id: TaskId) {
+        let mut woke = false;
+        if let Some(a) = self.rec_mut(id).active_mut() {
+            woke = matches!(a.pause, PauseState::Paused { .. });
+            a.pause = PauseState::Unpaused;
+        }
+        if woke {
+            self.emit(Effect::WakeHandler { id });
+        }
+    }
+
+    /// `tasks/cancel`: every live descendant gets a cancel request; the task
+    /// becomes `cancelled` after all of them are terminal (I6). Takes effect
+    /// at once on a paused task.
+    ///
+    /// # Errors
+    ///
+    /// `UnknownTask`.
+    pub fn cancel(&mut self, now: Timestamp, id: TaskId) -> Result<CancelOutcome, TransitionError> {
+        let rec = self.get(id)?;
+        match rec.active() {
+            None => return Ok(CancelOutcome::AlreadyTerminal),
+            Some(a) if a.ending.is_some() => return Ok(CancelOutcome::AlreadyEnding),
+            Some(_) => {}
+        }
+        self.begin(now);
+        self.wind_down(id, Ending::Cancelling { reason: "cancelled by request".to_owned() }, &|_| {
+            Ending::Cancelling { reason: format!("ancestor {id} was cancelled") }
+        });
+        self.end();
+        Ok(CancelOutcome::Accepted)
+    }
+
+    /// Changes a task's TTL (`ttlMs` MAY change). Re-clamps the task to its
+    /// parent and every descendant to its own parent (I8).
+    ///
+    /// # Errors
+    ///
+    /// `UnknownTask`.
+    pub fn set_ttl(&mut self, now: Timestamp, id: TaskId, ttl_ms: Option<u64>) -> Result<(), TransitionError> {
+        self.get(id)?;
+        self.begin(now);
+        let rec = &self.tasks[&id];
+        let parent_exp = rec.parent.and_then(|p| self.tasks[&p].expires_at());
+        let created = rec.created_at;
+        let want = ttl_ms.map(|t| created.saturating_add(t));
+        let exp = match (want, parent_exp) {
+            (Some(w), Some(p)) => Some(w.min(p)),
+            (w, p) => w.or(p),
+        };
+        self.rec_mut(id).ttl_ms = exp.map(|e| e.millis_since(created));
+        self.sync_expiry_timer(id);
+        // Pre-order walk: each child is clamped to its (already updated) parent.
+        let mut stack = self.tasks[&id].children.clone();
+        while let Some(c) = stack.pop() {
+            let rec = &self.tasks[&c];
+            let pexp = rec.parent.and_then(|p| self.tasks[&p].expires_at());
+            if let (Some(p), own) = (pexp, rec.expires_at())
+                && own.is_none_or(|o| o > p)
+            {
+                let created = rec.created_at;
+                self.rec_mut(c).ttl_ms = Some(p.millis_since(created));
+                self.sync_expiry_timer(c);
+            }
+            stack.extend(self.tasks[&c].children.iter().copied());
+        }
+        let root = self.tasks[&id].root;
+        self.sync_delete_timer(root);
+        self.end();
+        Ok(())
+    }
+
+    // ----- time -------------------------------------------------------------
+
+    /// Fires every timer due at `now`: TTL expiry (the task fails, children
+    /// first) and whole-tree deletion.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        self.begin(now);
+        while let Some(&(at, timer)) = self.timers.first() {
+            if at > self.now {
+                break;
+            }
+            self.timers.pop_first();
+            match timer {
+                Timer::Expire(id) => {
+                    let Some(rec) = self.tasks.get_mut(&id) else { continue };
+                    rec.expiry_timer = None;
+                    let ttl = rec.ttl_ms;
+                    let failing = matches!(rec.active(), Some(a) if matches!(a.ending, Some(Ending::Failing { .. })));
+                    if rec.is_terminal() || failing {
+                        continue;
+                    }
+                    let error = expired_error(ttl);
+                    self.wind_down(id, Ending::Failing { error: error.clone() }, &|_| Ending::Failing {
+                        error: error.clone(),
+                    });
+                }
+                Timer::Delete(root) => {
+                    let Some(rec) = self.tasks.get_mut(&root) else { continue };
+                    rec.delete_timer = None;
+                    if rec.is_terminal() {
+                        self.remove_tree(root);
+                    }
+                }
+            }
+        }
+        self.end();
+    }
+
+    /// Deletes a whole terminal tree now.
+    ///
+    /// # Errors
+    ///
+    /// `UnknownTask`, `NotARoot`, `TreeNotTerminal`.
+    pub fn delete_tree(&mut self, now: Timestamp, root: TaskId) -> Result<(), TransitionError> {
+        let rec = self.get(root)?;
+        if rec.parent.is_some() {
+            return Err(TransitionError::NotARoot(root));
+        }
+        if !rec.is_terminal() {
+            return Err(TransitionError::TreeNotTerminal(root));
+        }
+        self.begin(now);
+        self.remove_tree(root);
+        self.end();
+        Ok(())
+    }
+
+    fn remove_tree(&mut self, root: TaskId) {
+        let ids = self.result_order(root);
+        for id in &ids {
+            if let Some(rec) = self.tasks.remove(id) {
+                if let Some(at) = rec.expiry_timer {
+                    self.timers.remove(&(at, Timer::Expire(*id)));
+                }
+                if let Some(at) = rec.delete_timer {
+                    self.timers.remove(&(at, Timer::Delete(*id)));
+                }
+            }
+        }
+        self.emit(Effect::TreeDeleted { root, ids });
+    }
+
+    // ----- endings ----------------------------------------------------------
+
+    /// Decides `own` for `id` and `inherited(id)` for every live descendant
+    /// without an ending, stops their handlers, then settles leaves first.
+    pub(crate) fn wind_down(&mut self, id: TaskId, own: Ending, inherited: &dyn Fn(TaskId) -> Ending) {
+        let order = self.live_subtree_post_order(id);
+        for &t in &order {
+            let ending = if t == id { own.clone() } else { inherited(t) };
+            self.decide_ending(t, ending);
+        }
+        for &t in &order {
+            self.try_settle(t);
+        }
+    }
+
+    fn decide_ending(&mut self, id: TaskId, ending: Ending) {
+        let rec = self.rec_mut(id);
+        // Outstanding requests are superseded and the pause is lifted: the
+        // handler must run to unwind (cancel while paused is immediate).
+        let Phase::Active(a) = &mut rec.phase else { return };
+        if a.ending.is_some() {
+            return;
+        }
+        a.ending = Some(ending);
+        a.pause = PauseState::Unpaused;
+        let running = a.handler == HandlerState::Running;
+        rec.inputs.outstanding.clear();
+        rec.steers.clear();
+        if running {
+            self.emit(Effect::CancelHandler { id });
+        }
+    }
+
+    /// Makes `id` terminal if its handler stopped (or never started and an
+    /// ending is decided) and every child is terminal; then looks at the parent.
+    pub(crate) fn try_settle(&mut self, id: TaskId) {
+        let mut next = Some(id);
+        while let Some(id) = next.take() {
+            let Some(rec) = self.tasks.get(&id) else { return };
+            let Phase::Active(a) = &rec.phase else { return };
+            if rec.live_children > 0 {
+                return;
+            }
+            let terminal = match (&a.ending, &a.handler) {
+                (_, HandlerState::Running) | (None, HandlerState::Queued) => return,
+                (Some(Ending::Cancelling { reason }), _) => Terminal::Cancelled { reason: reason.clone() },
+                (Some(Ending::Failing { error }), _) => Terminal::Failed { error: error.clone() },
+                (None, HandlerState::Exited(HandlerOutcome::Returned(result))) => {
+                    Terminal::Completed { result: result.clone() }
+                }
+                (None, HandlerState::Exited(HandlerOutcome::Errored(error))) => {
+                    Terminal::Failed { error: error.clone() }
+                }
+                (None, HandlerState::Exited(HandlerOutcome::Aborted)) => Terminal::Failed {
+                    error: ErrorObject::new(ErrorCode::INTERNAL_ERROR, "handler aborted"),
+                },
+            };
+            let failed = match &terminal {
+                Terminal::Failed { error } => Some(error.clone()),
+                _ => None,
+            };
+            let rec = self.rec_mut(id);
+            rec.phase = Phase::Terminal(terminal);
+            rec.inputs.outstanding.clear();
+            rec.steers.clear();
+            let parent = rec.parent;
+            let fail_fast = rec.fail_fast;
+            self.sync_expiry_timer(id);
+            let Some(parent) = parent else {
+                self.sync_delete_timer(id);
+                return;
+            };
+            let p = self.rec_mut(parent);
+            p.live_children -= 1;
+            let parent_ending = p.active().and_then(|a| a.ending.clone());
+            if let (Some(error), true, None) = (failed, fail_fast, parent_ending) {
+                let error = ErrorObject {
+                    code: error.code,
+                    message: format!("subtask {id} failed: {}", error.message),
+                    data: Some(serde_json::json!({ "failedTaskId": id.to_string() })),
+                };
+                self.wind_down(parent, Ending::Failing { error }, &|_| Ending::Cancelling {
+                    reason: format!("sibling subtask {id} failed"),
+                });
+                // wind_down settled the parent if it could.
+                return;
+            }
+            next = Some(parent);
+        }
+    }
+}

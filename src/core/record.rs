@@ -1,0 +1,328 @@
+//! One task's state inside the forest.
+//!
+//! State lives in enum variants that carry their data: a task is either
+//! [`Phase::Active`] (its handler state, pause state and pending ending) or
+//! [`Phase::Terminal`] (its outcome). The wire status is derived from that,
+//! never stored twice.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+
+use crate::model::{ErrorObject, JsonObject, TaskId, TaskStatus, Timestamp};
+
+/// What the handler of a task returned.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HandlerOutcome {
+    /// The handler returned a result (also for tool results with `isError: true`).
+    Returned(JsonObject),
+    /// The handler returned a JSON-RPC error (or panicked: `-32603`).
+    Errored(ErrorObject),
+    /// The runtime aborted a handler that ignored a cancel request past its grace period.
+    Aborted,
+}
+
+/// Where a task's handler is in its life.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HandlerState {
+    /// Not started yet: waiting for a scheduler slot or `after` dependencies.
+    Queued,
+    /// Started and not yet finished (it may be parked at a safe point or awaiting input).
+    Running,
+    /// Finished; the task is completing once its children are terminal.
+    Exited(HandlerOutcome),
+}
+
+/// Pause sub-state of an active task (SEP-2669 and the "pause propagates down" decision).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PauseState {
+    /// Not paused.
+    Unpaused,
+    /// A pause was requested; the handler has not reached a safe point yet.
+    /// The wire status is unchanged.
+    Pending {
+        /// The task whose pause caused this one (itself for a direct pause).
+        via: TaskId,
+    },
+    /// Halted: the wire status is `paused`.
+    Paused {
+        /// The task whose pause caused this one (itself for a direct pause).
+        via: TaskId,
+        /// The wire status before the pause, restored by resume.
+        prior: TaskStatus,
+        /// Why the server paused the task, for server-initiated pauses.
+        reason: Option<String>,
+    },
+}
+
+/// A decided ending that waits only for the handler to stop and the children
+/// to become terminal.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ending {
+    /// A cancel was accepted; the task ends `cancelled`.
+    Cancelling {
+        /// Why (shown as the status message).
+        reason: String,
+    },
+    /// The task ends `failed` with this error (TTL expired, handler error with
+    /// live children, fail-fast child failure).
+    Failing {
+        /// The error the task will carry.
+        error: ErrorObject,
+    },
+}
+
+/// The state of a task that is not terminal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Active {
+    /// The handler's state.
+    pub handler: HandlerState,
+    /// Pause sub-state.
+    pub pause: PauseState,
+    /// A decided ending (cancel or failure), if any.
+    pub ending: Option<Ending>,
+}
+
+/// The outcome of a terminal task. Terminal is absorbing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Terminal {
+    /// `completed` with the result.
+    Completed {
+        /// The result.
+        result: JsonObject,
+    },
+    /// `failed` with the JSON-RPC error.
+    Failed {
+        /// The error.
+        error: ErrorObject,
+    },
+    /// `cancelled`.
+    Cancelled {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Terminal {
+    /// The wire status.
+    pub fn status(&self) -> TaskStatus {
+        match self {
+            Terminal::Completed { .. } => TaskStatus::Completed,
+            Terminal::Failed { .. } => TaskStatus::Failed,
+            Terminal::Cancelled { .. } => TaskStatus::Cancelled,
+        }
+    }
+}
+
+/// Active or terminal.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Phase {
+    /// Not terminal.
+    Active(Active),
+    /// Terminal (absorbing).
+    Terminal(Terminal),
+}
+
+/// Input requests of one task: the outstanding ones and every key ever used
+/// (I9: keys are unique over the task's lifetime).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InputBook {
+    pub(crate) outstanding: BTreeMap<String, JsonObject>,
+    pub(crate) used: HashSet<String>,
+}
+
+impl InputBook {
+    /// Outstanding requests by key.
+    pub fn outstanding(&self) -> &BTreeMap<String, JsonObject> {
+        &self.outstanding
+    }
+
+    /// Whether `key` was ever issued for this task.
+    pub fn was_used(&self, key: &str) -> bool {
+        self.used.contains(key)
+    }
+}
+
+/// Everything the core knows about one task.
+#[derive(Debug, Clone)]
+pub struct TaskRecord {
+    pub(crate) id: TaskId,
+    pub(crate) parent: Option<TaskId>,
+    pub(crate) root: TaskId,
+    pub(crate) depth: u32,
+    pub(crate) children: Vec<TaskId>,
+    pub(crate) live_children: u32,
+    pub(crate) created_at: Timestamp,
+    pub(crate) last_updated_at: Timestamp,
+    pub(crate) ttl_ms: Option<u64>,
+    pub(crate) poll_interval_ms: Option<u64>,
+    pub(crate) message: Option<String>,
+    pub(crate) fail_fast: bool,
+    pub(crate) steers: VecDeque<String>,
+    pub(crate) inputs: InputBook,
+    pub(crate) phase: Phase,
+    /// Command epoch in which this record was last touched (effect bookkeeping).
+    pub(crate) touch_epoch: u64,
+    /// Timers currently armed for this task.
+    pub(crate) expiry_timer: Option<Timestamp>,
+    pub(crate) delete_timer: Option<Timestamp>,
+}
+
+impl TaskRecord {
+    /// The task's id.
+    pub fn id(&self) -> TaskId {
+        self.id
+    }
+
+    /// The parent, `None` for a root (I1: never changes, never the task itself).
+    pub fn parent(&self) -> Option<TaskId> {
+        self.parent
+    }
+
+    /// The root of this task's tree.
+    pub fn root(&self) -> TaskId {
+        self.root
+    }
+
+    /// Depth below the root (the root is 0).
+    pub fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// Children in creation order (I2: append-only).
+    pub fn children(&self) -> &[TaskId] {
+        &self.children
+    }
+
+    /// Number of children that are not terminal.
+    pub fn live_children(&self) -> u32 {
+        self.live_children
+    }
+
+    /// Creation time.
+    pub fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+
+    /// Last observable change.
+    pub fn last_updated_at(&self) -> Timestamp {
+        self.last_updated_at
+    }
+
+    /// TTL in milliseconds from creation, `None` for unlimited.
+    pub fn ttl_ms(&self) -> Option<u64> {
+        self.ttl_ms
+    }
+
+    /// `created_at + ttl`, when the task expires.
+    pub fn expires_at(&self) -> Option<Timestamp> {
+        self.ttl_ms.map(|ttl| self.created_at.saturating_add(ttl))
+    }
+
+    /// Suggested polling interval.
+    pub fn poll_interval_ms(&self) -> Option<u64> {
+        self.poll_interval_ms
+    }
+
+    /// The status message set by the handler or the runtime.
+    pub fn handler_message(&self) -> Option<&str> {
+        self.message.as_deref()
+    }
+
+    /// Whether this child's failure fails its parent (fail-fast policy).
+    pub fn is_fail_fast(&self) -> bool {
+        self.fail_fast
+    }
+
+    /// Steer messages queued and not yet delivered, oldest first.
+    pub fn queued_steers(&self) -> &VecDeque<String> {
+        &self.steers
+    }
+
+    /// Input requests.
+    pub fn inputs(&self) -> &InputBook {
+        &self.inputs
+    }
+
+    /// Active or terminal state.
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// The active state, `None` once terminal.
+    pub fn active(&self) -> Option<&Active> {
+        match &self.phase {
+            Phase::Active(a) => Some(a),
+            Phase::Terminal(_) => None,
+        }
+    }
+
+    pub(crate) fn active_mut(&mut self) -> Option<&mut Active> {
+        match &mut self.phase {
+            Phase::Active(a) => Some(a),
+            Phase::Terminal(_) => None,
+        }
+    }
+
+    /// `true` once completed, failed or cancelled.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self.phase, Phase::Terminal(_))
+    }
+
+    /// The wire status (with `paused` shown as such).
+    pub fn status(&self) -> TaskStatus {
+        match &self.phase {
+            Phase::Terminal(t) => t.status(),
+            Phase::Active(a) => match a.pause {
+                PauseState::Paused { .. } => TaskStatus::Paused,
+                _ if !self.inputs.outstanding.is_empty() => TaskStatus::InputRequired,
+                _ => TaskStatus::Working,
+            },
+        }
+    }
+
+    /// Status as it would be without the pause: what resume restores.
+    pub(crate) fn unpaused_status(&self) -> TaskStatus {
+        if self.inputs.outstanding.is_empty() { TaskStatus::Working } else { TaskStatus::InputRequired }
+    }
+
+    /// `true` when a cancel was accepted or a failure decided.
+    pub fn is_winding_down(&self) -> bool {
+        matches!(&self.phase, Phase::Active(Active { ending: Some(_), .. }))
+    }
+
+    /// `true` when a cancel was accepted and the task is not yet terminal.
+    pub fn is_cancel_requested(&self) -> bool {
+        matches!(&self.phase, Phase::Active(Active { ending: Some(Ending::Cancelling { .. }), .. }))
+    }
+
+    /// The status message clients see: the sub-state explains itself
+    /// (queued, completing, pause pending, cancel requested), otherwise the
+    /// handler's own message.
+    pub fn status_message(&self) -> Option<String> {
+        match &self.phase {
+            Phase::Terminal(Terminal::Completed { .. }) => self.message.clone(),
+            Phase::Terminal(Terminal::Failed { error }) => Some(error.message.clone()),
+            Phase::Terminal(Terminal::Cancelled { reason }) => Some(reason.clone()),
+            Phase::Active(a) => match (&a.ending, &a.pause, &a.handler) {
+                (Some(Ending::Cancelling { reason }), _, _) => Some(format!("cancelling: {reason}")),
+                (Some(Ending::Failing { error }), _, _) => Some(format!("failing: {}", error.message)),
+                (None, PauseState::Paused { reason: Some(r), .. }, _) => Some(format!("paused: {r}")),
+                (None, PauseState::Paused { via, .. }, _) if *via != self.id => {
+                    Some(format!("paused with ancestor {via}"))
+                }
+                (None, PauseState::Paused { .. }, _) => Some("paused".to_owned()),
+                (None, PauseState::Pending { .. }, _) => {
+                    Some("pause requested: pausing at the next safe point".to_owned())
+                }
+                (None, PauseState::Unpaused, HandlerState::Exited(_)) => Some(format!(
+                    "completing: waiting for {} of {} subtasks",
+                    self.live_children,
+                    self.children.len()
+                )),
+                (None, PauseState::Unpaused, HandlerState::Queued) => {
+                    Some(self.message.clone().unwrap_or_else(|| "queued: waiting to start".to_owned()))
+                }
+                (None, PauseState::Unpaused, HandlerState::Running) => self.message.clone(),
+            },
+        }
+    }
+}
