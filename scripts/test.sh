@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The project's test command: everything a fresh machine needs, in one place.
+# Later layers (conformance suite, PostgreSQL) add their steps here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== toolchain"
+cargo --version
+rustup component list --installed 2>/dev/null | grep -E '^(rustfmt|clippy)' || true
+for c in rustfmt clippy; do
+  if ! rustup component list --installed 2>/dev/null | grep -q "^$c"; then
+    rustup component add "$c"
+  fi
+done
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy"
+cargo clippy --all-targets --all-features -- -D warnings
+
+echo "== cargo test"
+cargo test --all-features
+
+echo "== scripts/test.sh: all steps passed"
