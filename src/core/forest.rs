@@ -10,13 +10,14 @@
 //! [`Forest::check_invariants`] verifies the structural ones. Commands
 //! validate before they mutate, so a rejected command changes nothing.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::config::ForestConfig;
 use super::effect::Effect;
 use super::error::{Limit, TransitionError};
-use super::record::{Active, HandlerState, InputBook, PauseState, Phase, TaskRecord, Terminal};
+use super::record::{Active, HandlerState, PauseState, Phase, TaskRecord, Terminal};
 use crate::model::{DetailedTask, Task, TaskId, TaskPayload, TaskStatus, Timestamp};
 
 /// Hasher for [`TaskId`] keys. Ids are random, so mixing two words with a
@@ -114,8 +115,12 @@ pub struct ChildOptions {
 #[derive(Debug, Clone)]
 pub struct Forest {
     pub(crate) config: ForestConfig,
-    pub(crate) tasks: IdMap<TaskRecord>,
-    pub(crate) timers: BTreeSet<(Timestamp, Timer)>,
+    /// Records are boxed so an almost empty map (a one-task tree) stays small.
+    pub(crate) tasks: IdMap<Box<TaskRecord>>,
+    /// Ordered deadlines, min first. Entries whose task no longer has that
+    /// timer armed are stale and skipped (lazy deletion): re-arming is O(log n)
+    /// and a one-task tree holds a four-slot vector, not a B-tree node.
+    pub(crate) timers: BinaryHeap<Reverse<(Timestamp, Timer)>>,
     effects: VecDeque<Effect>,
     pub(crate) now: Timestamp,
     epoch: u64,
@@ -134,7 +139,7 @@ impl Forest {
         Forest {
             config,
             tasks: IdMap::default(),
-            timers: BTreeSet::new(),
+            timers: BinaryHeap::new(),
             effects: VecDeque::new(),
             now: Timestamp::EPOCH,
             epoch: 0,
@@ -151,7 +156,7 @@ impl Forest {
 
     /// The task with this id, in O(1).
     pub fn task(&self, id: TaskId) -> Option<&TaskRecord> {
-        self.tasks.get(&id)
+        self.tasks.get(&id).map(|r| &**r)
     }
 
     /// Whether the task exists (is retrievable).
@@ -182,17 +187,48 @@ impl Forest {
 
     /// The earliest armed deadline: call [`Forest::handle_timeout`] then.
     pub fn next_deadline(&self) -> Option<Timestamp> {
-        self.timers.first().map(|(at, _)| *at)
+        // Commands prune stale heads in `end`, so the head is live.
+        self.timers.peek().map(|Reverse((at, _))| *at)
     }
 
     /// Takes the next effect, oldest first.
     pub fn poll_effect(&mut self) -> Option<Effect> {
-        self.effects.pop_front()
+        let effect = self.effects.pop_front();
+        if self.effects.is_empty() && self.effects.capacity() > 0 {
+            // Idle trees hold no effect buffer.
+            self.effects = VecDeque::new();
+        }
+        effect
     }
 
-    /// Takes every pending effect.
-    pub fn drain_effects(&mut self) -> std::collections::vec_deque::Drain<'_, Effect> {
-        self.effects.drain(..)
+    /// Takes every pending effect, oldest first.
+    pub fn take_effects(&mut self) -> VecDeque<Effect> {
+        std::mem::take(&mut self.effects)
+    }
+
+    /// Takes every pending effect (an iterator over [`Forest::take_effects`]).
+    pub fn drain_effects(&mut self) -> std::collections::vec_deque::IntoIter<Effect> {
+        self.take_effects().into_iter()
+    }
+
+    /// Whether `(at, timer)` is still armed on its task.
+    pub(crate) fn timer_is_live(&self, at: Timestamp, timer: Timer) -> bool {
+        match timer {
+            Timer::Expire(id) => self.tasks.get(&id).is_some_and(|r| r.expiry_timer == Some(at)),
+            Timer::Delete(id) => self.tasks.get(&id).is_some_and(|r| r.delete_timer == Some(at)),
+        }
+    }
+
+    fn prune_stale_timers(&mut self) {
+        while let Some(&Reverse((at, timer))) = self.timers.peek() {
+            if self.timer_is_live(at, timer) {
+                break;
+            }
+            self.timers.pop();
+        }
+        if self.timers.is_empty() && self.timers.capacity() > 0 {
+            self.timers = BinaryHeap::new();
+        }
     }
 
     /// The task as a client sees it, in O(1) plus the size of its payload
@@ -202,12 +238,12 @@ impl Forest {
         let status = rec.status();
         let payload = match &rec.phase {
             Phase::Terminal(Terminal::Completed { result }) => TaskPayload::Completed { result: result.clone() },
-            Phase::Terminal(Terminal::Failed { error }) => TaskPayload::Failed { error: error.clone() },
+            Phase::Terminal(Terminal::Failed { error }) => TaskPayload::Failed { error: (**error).clone() },
             Phase::Terminal(Terminal::Cancelled { .. }) => TaskPayload::Cancelled,
             Phase::Active(_) => match status {
                 TaskStatus::Paused if view.show_paused => TaskPayload::Paused,
                 TaskStatus::InputRequired => {
-                    TaskPayload::InputRequired { input_requests: rec.inputs.outstanding.clone() }
+                    TaskPayload::InputRequired { input_requests: rec.outstanding_inputs().clone() }
                 }
                 _ => TaskPayload::Working,
             },
@@ -289,13 +325,14 @@ impl Forest {
     /// `Persist` once for every task the command modified.
     pub(crate) fn end(&mut self) {
         let now = self.now;
-        for (id, from) in self.touched.drain(..) {
+        for (id, from) in std::mem::take(&mut self.touched) {
             if let Some(rec) = self.tasks.get_mut(&id) {
                 rec.last_updated_at = now;
                 self.effects.push_back(Effect::Changed { id, from, to: rec.status() });
                 self.effects.push_back(Effect::Persist { id });
             }
         }
+        self.prune_stale_timers();
     }
 
     /// Mutable access that records the task as modified by this command.
@@ -318,13 +355,13 @@ impl Forest {
     }
 
     pub(crate) fn get(&self, id: TaskId) -> Result<&TaskRecord, TransitionError> {
-        self.tasks.get(&id).ok_or(TransitionError::UnknownTask(id))
+        self.tasks.get(&id).map(|r| &**r).ok_or(TransitionError::UnknownTask(id))
     }
 
     pub(crate) fn get_active(&self, id: TaskId) -> Result<(&TaskRecord, &Active), TransitionError> {
         let rec = self.get(id)?;
         match &rec.phase {
-            Phase::Active(a) => Ok((rec, a)),
+            Phase::Active(a) => Ok((rec, &**a)),
             Phase::Terminal(t) => Err(TransitionError::Terminal { id, status: t.status() }),
         }
     }
@@ -333,7 +370,7 @@ impl Forest {
 
     fn arm(&mut self, at: Timestamp, timer: Timer) {
         let earliest = self.next_deadline();
-        self.timers.insert((at, timer));
+        self.timers.push(Reverse((at, timer)));
         if earliest.is_none_or(|e| at < e) {
             self.effects.push_back(Effect::ArmTimer { at });
         }
@@ -347,14 +384,13 @@ impl Forest {
         if want == have {
             return;
         }
-        if let Some(at) = have {
-            self.timers.remove(&(at, Timer::Expire(id)));
+        // The old entry (if any) becomes stale once the field changes.
+        let _ = have;
+        if let Some(rec) = self.tasks.get_mut(&id) {
+            rec.expiry_timer = want;
         }
         if let Some(at) = want {
             self.arm(at, Timer::Expire(id));
-        }
-        if let Some(rec) = self.tasks.get_mut(&id) {
-            rec.expiry_timer = want;
         }
     }
 
@@ -369,14 +405,12 @@ impl Forest {
         if want == have {
             return;
         }
-        if let Some(at) = have {
-            self.timers.remove(&(at, Timer::Delete(root)));
+        let _ = have;
+        if let Some(rec) = self.tasks.get_mut(&root) {
+            rec.delete_timer = want;
         }
         if let Some(at) = want {
             self.arm(at, Timer::Delete(root));
-        }
-        if let Some(rec) = self.tasks.get_mut(&root) {
-            rec.delete_timer = want;
         }
     }
 
@@ -405,8 +439,8 @@ impl Forest {
             message: None,
             fail_fast,
             steers: VecDeque::new(),
-            inputs: InputBook::default(),
-            phase: Phase::Active(Active { handler: HandlerState::Queued, pause, ending: None }),
+            inputs: None,
+            phase: Phase::Active(Box::new(Active { handler: HandlerState::Queued, pause, ending: None })),
             touch_epoch: 0,
             expiry_timer: None,
             delete_timer: None,
@@ -423,7 +457,7 @@ impl Forest {
         self.begin(now);
         let id = self.fresh_id();
         let rec = Self::new_record(id, None, self.now, opts.ttl_ms, opts.poll_interval_ms, false, PauseState::Unpaused);
-        self.tasks.insert(id, rec);
+        self.tasks.insert(id, Box::new(rec));
         self.emit(Effect::Created { id, parent: None });
         self.rec_mut(id);
         self.sync_expiry_timer(id);
@@ -486,7 +520,7 @@ impl Forest {
         let poll = opts.poll_interval_ms.or(prec.poll_interval_ms);
         let id = self.fresh_id();
         let rec = Self::new_record(id, Some(prec), now, ttl_ms, poll, opts.fail_fast, pause);
-        self.tasks.insert(id, rec);
+        self.tasks.insert(id, Box::new(rec));
         let p = self.rec_mut(parent);
         p.children.push(id);
         p.live_children += 1;

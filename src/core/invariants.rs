@@ -119,8 +119,8 @@ impl Forest {
                 cur = self.tasks.get(&p).and_then(|r| r.parent);
             }
             // I9: outstanding keys were issued.
-            for k in rec.inputs.outstanding.keys() {
-                if !rec.inputs.used.contains(k) {
+            for k in rec.inputs().outstanding.keys() {
+                if !rec.inputs().used.contains(k) {
                     return fail("I9", id, format!("outstanding key {k:?} was never issued"));
                 }
             }
@@ -131,7 +131,7 @@ impl Forest {
                         return fail("I4", id, format!("terminal with {live} live children"));
                     }
                     // I10: nothing left to deliver after the end.
-                    if !rec.steers.is_empty() || !rec.inputs.outstanding.is_empty() {
+                    if !rec.steers.is_empty() || rec.has_outstanding_inputs() {
                         return fail("I10", id, "terminal task still has queued steers or input requests".into());
                     }
                     if rec.expiry_timer.is_some() {
@@ -142,7 +142,7 @@ impl Forest {
                     if a.handler == HandlerState::Queued && !rec.children.is_empty() {
                         return fail("handler", id, "a task that never started has children".into());
                     }
-                    if !rec.inputs.outstanding.is_empty() && (a.handler != HandlerState::Running || a.ending.is_some()) {
+                    if rec.has_outstanding_inputs() && (a.handler != HandlerState::Running || a.ending.is_some()) {
                         return fail("I9", id, "input requests outstanding without a running handler".into());
                     }
                     if a.ending.is_some() && (a.pause != PauseState::Unpaused || !rec.steers.is_empty()) {
@@ -157,7 +157,7 @@ impl Forest {
                                 return fail("pause", id, format!("paused via {via}, which is not an ancestor"));
                             }
                             if let PauseState::Pending { .. } = a.pause
-                                && (a.handler != HandlerState::Running || !rec.inputs.outstanding.is_empty())
+                                && (a.handler != HandlerState::Running || rec.has_outstanding_inputs())
                             {
                                 return fail("pause", id, "pause pending although the handler is parked".into());
                             }
@@ -170,24 +170,22 @@ impl Forest {
                 }
             }
             if let Some(at) = rec.expiry_timer
-                && !self.timers.contains(&(at, Timer::Expire(id)))
+                && !self.timers.iter().any(|e| e.0 == (at, Timer::Expire(id)))
             {
                 return fail("timers", id, "expiry timer not in the deadline structure".into());
             }
             if let Some(at) = rec.delete_timer
-                && !self.timers.contains(&(at, Timer::Delete(id)))
+                && !self.timers.iter().any(|e| e.0 == (at, Timer::Delete(id)))
             {
                 return fail("timers", id, "deletion timer not in the deadline structure".into());
             }
         }
-        for &(at, timer) in &self.timers {
-            let (id, field) = match timer {
-                Timer::Expire(id) => (id, self.tasks.get(&id).and_then(|r| r.expiry_timer)),
-                Timer::Delete(id) => (id, self.tasks.get(&id).and_then(|r| r.delete_timer)),
-            };
-            if field != Some(at) {
-                return fail("timers", id, format!("stale timer {timer:?} at {at:?}"));
-            }
+        // Stale entries are allowed (lazy deletion) but never at the head.
+        if let Some(&std::cmp::Reverse((at, timer))) = self.timers.peek()
+            && !self.timer_is_live(at, timer)
+        {
+            let (Timer::Expire(id) | Timer::Delete(id)) = timer;
+            return fail("timers", id, format!("stale timer {timer:?} at {at:?} at the head"));
         }
         Ok(())
     }

@@ -132,13 +132,14 @@ impl Forest {
         if rec.is_winding_down() {
             return Err(TransitionError::WindingDown(id));
         }
-        if rec.inputs.used.contains(&key) {
+        if rec.inputs().used.contains(&key) {
             return Err(TransitionError::DuplicateInputKey { id, key });
         }
         self.begin(now);
         let rec = self.rec_mut(id);
-        rec.inputs.used.insert(key.clone());
-        rec.inputs.outstanding.insert(key, request);
+        let book = rec.inputs_mut();
+        book.used.insert(key.clone());
+        book.outstanding.insert(key, request);
         if let Some(a) = rec.active_mut()
             && let PauseState::Pending { via } = a.pause
         {
@@ -156,11 +157,11 @@ impl Forest {
     /// `UnknownTask`.
     pub fn withdraw_input(&mut self, now: Timestamp, id: TaskId, key: &str) -> Result<bool, TransitionError> {
         let rec = self.get(id)?;
-        if !rec.inputs.outstanding.contains_key(key) {
+        if !rec.outstanding_inputs().contains_key(key) {
             return Ok(false);
         }
         self.begin(now);
-        self.rec_mut(id).inputs.outstanding.remove(key);
+        self.rec_mut(id).inputs_mut().outstanding.remove(key);
         self.end();
         Ok(true)
     }
@@ -264,7 +265,7 @@ impl Forest {
         self.begin(now);
         let rec = self.rec_mut(id);
         // Outstanding requests are superseded: nobody waits for them any more.
-        rec.inputs.outstanding.clear();
+        rec.clear_outstanding();
         // Undeliverable steers are dropped (I10: never delivered after the end).
         rec.steers.clear();
         let live_children = rec.live_children;
@@ -317,13 +318,13 @@ impl Forest {
         if rec.status() == TaskStatus::Paused {
             return Err(TransitionError::Paused(id));
         }
-        if !responses.keys().any(|k| rec.inputs.outstanding.contains_key(k)) {
+        if !responses.keys().any(|k| rec.outstanding_inputs().contains_key(k)) {
             return Ok(Vec::new());
         }
         self.begin(now);
         let mut accepted = Vec::new();
         for (key, response) in responses {
-            if self.rec_mut(id).inputs.outstanding.remove(&key).is_some() {
+            if self.rec_mut(id).inputs_mut().outstanding.remove(&key).is_some() {
                 accepted.push(key.clone());
                 self.emit(Effect::InputAnswered { id, key, response });
             }
@@ -400,7 +401,7 @@ impl Forest {
         if a.ending.is_some() || a.pause != PauseState::Unpaused {
             return;
         }
-        let parked = a.handler != HandlerState::Running || !rec.inputs.outstanding.is_empty();
+        let parked = a.handler != HandlerState::Running || rec.has_outstanding_inputs();
         let prior = rec.unpaused_status();
         if let Some(a) = self.rec_mut(id).active_mut() {
             a.pause = if parked {
@@ -528,11 +529,14 @@ impl Forest {
     /// first) and whole-tree deletion.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         self.begin(now);
-        while let Some(&(at, timer)) = self.timers.first() {
+        while let Some(&std::cmp::Reverse((at, timer))) = self.timers.peek() {
             if at > self.now {
                 break;
             }
-            self.timers.pop_first();
+            self.timers.pop();
+            if !self.timer_is_live(at, timer) {
+                continue;
+            }
             match timer {
                 Timer::Expire(id) => {
                     let Some(rec) = self.tasks.get_mut(&id) else { continue };
@@ -581,14 +585,8 @@ impl Forest {
     fn remove_tree(&mut self, root: TaskId) {
         let ids = self.result_order(root);
         for id in &ids {
-            if let Some(rec) = self.tasks.remove(id) {
-                if let Some(at) = rec.expiry_timer {
-                    self.timers.remove(&(at, Timer::Expire(*id)));
-                }
-                if let Some(at) = rec.delete_timer {
-                    self.timers.remove(&(at, Timer::Delete(*id)));
-                }
-            }
+            // Their timers become stale and are skipped when reached.
+            self.tasks.remove(id);
         }
         self.emit(Effect::TreeDeleted { root, ids });
     }
@@ -619,7 +617,7 @@ impl Forest {
         a.ending = Some(ending);
         a.pause = PauseState::Unpaused;
         let running = a.handler == HandlerState::Running;
-        rec.inputs.outstanding.clear();
+        rec.clear_outstanding();
         rec.steers.clear();
         if running {
             self.emit(Effect::CancelHandler { id });
@@ -639,24 +637,24 @@ impl Forest {
             let terminal = match (&a.ending, &a.handler) {
                 (_, HandlerState::Running) | (None, HandlerState::Queued) => return,
                 (Some(Ending::Cancelling { reason }), _) => Terminal::Cancelled { reason: reason.clone() },
-                (Some(Ending::Failing { error }), _) => Terminal::Failed { error: error.clone() },
+                (Some(Ending::Failing { error }), _) => Terminal::Failed { error: Box::new(error.clone()) },
                 (None, HandlerState::Exited(HandlerOutcome::Returned(result))) => {
                     Terminal::Completed { result: result.clone() }
                 }
                 (None, HandlerState::Exited(HandlerOutcome::Errored(error))) => {
-                    Terminal::Failed { error: error.clone() }
+                    Terminal::Failed { error: Box::new(error.clone()) }
                 }
                 (None, HandlerState::Exited(HandlerOutcome::Aborted)) => Terminal::Failed {
-                    error: ErrorObject::new(ErrorCode::INTERNAL_ERROR, "handler aborted"),
+                    error: Box::new(ErrorObject::new(ErrorCode::INTERNAL_ERROR, "handler aborted")),
                 },
             };
             let failed = match &terminal {
-                Terminal::Failed { error } => Some(error.clone()),
+                Terminal::Failed { error } => Some((**error).clone()),
                 _ => None,
             };
             let rec = self.rec_mut(id);
             rec.phase = Phase::Terminal(terminal);
-            rec.inputs.outstanding.clear();
+            rec.clear_outstanding();
             rec.steers.clear();
             let parent = rec.parent;
             let fail_fast = rec.fail_fast;

@@ -5,7 +5,7 @@
 //! [`Phase::Terminal`] (its outcome). The wire status is derived from that,
 //! never stored twice.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::model::{ErrorObject, JsonObject, TaskId, TaskStatus, Timestamp};
 
@@ -91,8 +91,8 @@ pub enum Terminal {
     },
     /// `failed` with the JSON-RPC error.
     Failed {
-        /// The error.
-        error: ErrorObject,
+        /// The error (boxed: retained terminal tasks stay small).
+        error: Box<ErrorObject>,
     },
     /// `cancelled`.
     Cancelled {
@@ -115,8 +115,8 @@ impl Terminal {
 /// Active or terminal.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Phase {
-    /// Not terminal.
-    Active(Active),
+    /// Not terminal (boxed: retained terminal tasks stay small).
+    Active(Box<Active>),
     /// Terminal (absorbing).
     Terminal(Terminal),
 }
@@ -126,8 +126,11 @@ pub enum Phase {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InputBook {
     pub(crate) outstanding: BTreeMap<String, JsonObject>,
-    pub(crate) used: HashSet<String>,
+    pub(crate) used: BTreeSet<String>,
 }
+
+/// The input book of a task that never asked for input.
+pub(crate) static NO_INPUTS: InputBook = InputBook { outstanding: BTreeMap::new(), used: BTreeSet::new() };
 
 impl InputBook {
     /// Outstanding requests by key.
@@ -157,7 +160,8 @@ pub struct TaskRecord {
     pub(crate) message: Option<String>,
     pub(crate) fail_fast: bool,
     pub(crate) steers: VecDeque<String>,
-    pub(crate) inputs: InputBook,
+    /// Allocated on the first input request.
+    pub(crate) inputs: Option<Box<InputBook>>,
     pub(crate) phase: Phase,
     /// Command epoch in which this record was last touched (effect bookkeeping).
     pub(crate) touch_epoch: u64,
@@ -239,7 +243,27 @@ impl TaskRecord {
 
     /// Input requests.
     pub fn inputs(&self) -> &InputBook {
-        &self.inputs
+        self.inputs.as_deref().unwrap_or(&NO_INPUTS)
+    }
+
+    /// Outstanding input requests (empty when none).
+    pub fn outstanding_inputs(&self) -> &BTreeMap<String, JsonObject> {
+        &self.inputs().outstanding
+    }
+
+    pub(crate) fn has_outstanding_inputs(&self) -> bool {
+        self.inputs.as_ref().is_some_and(|b| !b.outstanding.is_empty())
+    }
+
+    pub(crate) fn inputs_mut(&mut self) -> &mut InputBook {
+        self.inputs.get_or_insert_with(Box::default)
+    }
+
+    /// Drops outstanding requests (superseded); the used keys stay (I9).
+    pub(crate) fn clear_outstanding(&mut self) {
+        if let Some(b) = self.inputs.as_mut() {
+            b.outstanding.clear();
+        }
     }
 
     /// Active or terminal state.
@@ -250,14 +274,14 @@ impl TaskRecord {
     /// The active state, `None` once terminal.
     pub fn active(&self) -> Option<&Active> {
         match &self.phase {
-            Phase::Active(a) => Some(a),
+            Phase::Active(a) => Some(&**a),
             Phase::Terminal(_) => None,
         }
     }
 
     pub(crate) fn active_mut(&mut self) -> Option<&mut Active> {
         match &mut self.phase {
-            Phase::Active(a) => Some(a),
+            Phase::Active(a) => Some(&mut **a),
             Phase::Terminal(_) => None,
         }
     }
@@ -273,7 +297,7 @@ impl TaskRecord {
             Phase::Terminal(t) => t.status(),
             Phase::Active(a) => match a.pause {
                 PauseState::Paused { .. } => TaskStatus::Paused,
-                _ if !self.inputs.outstanding.is_empty() => TaskStatus::InputRequired,
+                _ if self.has_outstanding_inputs() => TaskStatus::InputRequired,
                 _ => TaskStatus::Working,
             },
         }
@@ -281,17 +305,17 @@ impl TaskRecord {
 
     /// Status as it would be without the pause: what resume restores.
     pub(crate) fn unpaused_status(&self) -> TaskStatus {
-        if self.inputs.outstanding.is_empty() { TaskStatus::Working } else { TaskStatus::InputRequired }
+        if self.has_outstanding_inputs() { TaskStatus::InputRequired } else { TaskStatus::Working }
     }
 
     /// `true` when a cancel was accepted or a failure decided.
     pub fn is_winding_down(&self) -> bool {
-        matches!(&self.phase, Phase::Active(Active { ending: Some(_), .. }))
+        self.active().is_some_and(|a| a.ending.is_some())
     }
 
     /// `true` when a cancel was accepted and the task is not yet terminal.
     pub fn is_cancel_requested(&self) -> bool {
-        matches!(&self.phase, Phase::Active(Active { ending: Some(Ending::Cancelling { .. }), .. }))
+        self.active().is_some_and(|a| matches!(a.ending, Some(Ending::Cancelling { .. })))
     }
 
     /// The status message clients see: the sub-state explains itself
