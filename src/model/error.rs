@@ -52,6 +52,18 @@ impl ErrorObject {
         ErrorObject { code, message: message.into(), data: None }
     }
 
+    /// `-32602` with the one message used for every task id that does not
+    /// name a task this caller may see: unknown, expired and deleted,
+    /// foreign, or malformed. Using it everywhere keeps a task's existence
+    /// from leaking.
+    pub fn task_not_found() -> Self {
+        ErrorObject::new(ErrorCode::INVALID_PARAMS, Self::TASK_NOT_FOUND_MESSAGE)
+    }
+
+    /// The message of [`ErrorObject::task_not_found`] (the tasks
+    /// extension's own example text).
+    pub const TASK_NOT_FOUND_MESSAGE: &'static str = "Failed to retrieve task: Task not found";
+
     /// Sets `data`.
     #[must_use]
     pub fn with_data(mut self, data: Value) -> Self {

@@ -5,16 +5,43 @@
 //! no I/O. Timestamps are integers ([`Timestamp`]) until serialized; task ids
 //! are `Copy` ([`TaskId`]).
 
+mod capabilities;
 mod error;
 mod id;
 mod json;
+mod jsonrpc;
+mod meta;
+mod methods;
+mod notifications;
+mod requests;
+mod results;
 mod status;
 mod task;
 mod time;
 
+pub use capabilities::{ClientCapabilities, ExtensionCapabilities, ServerCapabilities, TasksCapability};
 pub use error::{ErrorCode, ErrorObject};
 pub use id::{ParseTaskIdError, TaskId};
 pub use json::JsonObject;
+pub use jsonrpc::{
+    JsonRpcError, JsonRpcMessage, JsonRpcNotification, JsonRpcRequest, JsonRpcResponse, JsonRpcVersion,
+    RequestId,
+};
+pub use meta::{
+    META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION, META_SERVER_INFO,
+    META_SUBSCRIPTION_ID, NotificationMeta, PROTOCOL_VERSION, RequestMeta,
+};
+pub use methods::{
+    NOTIFICATIONS_CANCELLED, NOTIFICATIONS_SUBSCRIPTIONS_ACKNOWLEDGED, NOTIFICATIONS_TASKS, SERVER_DISCOVER,
+    SUBSCRIPTIONS_LISTEN, TASKS_CANCEL, TASKS_GET, TASKS_PAUSE, TASKS_RESUME, TASKS_STEER, TASKS_UPDATE,
+    TOOLS_CALL, TOOLS_LIST, TaskMethod,
+};
+pub use notifications::{SubscriptionsAcknowledgedParams, TaskStatusNotificationParams};
+pub use requests::{
+    CancelTaskParams, GetTaskParams, NotificationFilter, PauseTaskParams, RequestParams, ResumeTaskParams,
+    SteerTaskParams, SubscriptionsListenParams, TaskIdParams, UpdateTaskParams,
+};
+pub use results::{AckResult, CancelTaskResult, SteerTaskResult, UpdateTaskResult};
 pub use status::TaskStatus;
 pub use task::{
     CreateTaskResult, DetailedTask, GetTaskResult, InputRequests, InputResponses, PauseTaskResult, ResultType,

@@ -168,7 +168,7 @@ impl DetailedTask {
 /// `#[serde(flatten)]`, so errors name the offending field.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TaskWire {
+pub(super) struct TaskWire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     result_type: Option<ResultType>,
     #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
@@ -201,7 +201,11 @@ fn required_nullable<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::
 }
 
 impl TaskWire {
-    fn from_detailed(t: &DetailedTask, result_type: Option<ResultType>, meta: Option<JsonObject>) -> Self {
+    pub(super) fn from_detailed(
+        t: &DetailedTask,
+        result_type: Option<ResultType>,
+        meta: Option<JsonObject>,
+    ) -> Self {
         let (input_requests, result, error) = match &t.payload {
             TaskPayload::InputRequired { input_requests } => (Some(input_requests.clone()), None, None),
             TaskPayload::Completed { result } => (None, Some(result.clone()), None),
@@ -227,7 +231,9 @@ impl TaskWire {
         }
     }
 
-    fn into_detailed(self) -> Result<(DetailedTask, Option<ResultType>, Option<JsonObject>), String> {
+    pub(super) fn into_detailed(
+        self,
+    ) -> Result<(DetailedTask, Option<ResultType>, Option<JsonObject>), String> {
         let payload = match self.status {
             TaskStatus::Working => TaskPayload::Working,
             TaskStatus::Paused => TaskPayload::Paused,
