@@ -11,3 +11,4 @@
 
 pub mod core;
 pub mod model;
+pub mod runtime;

@@ -1,0 +1,690 @@
+//! The handler's view of its task: subtasks, input, steering, pause, cancel.
+
+use std::future::{Future, IntoFuture};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, Stream};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tracing::Instrument;
+
+use super::error::{Interrupted, RuntimeError};
+use super::inner::Inner;
+use super::scheduler::Job;
+use super::tree::{HandlerBody, Post, StartJob, TreeCell, TreeState};
+use crate::core::{ChildOptions, HandlerOutcome, Phase, SafePoint, TaskRecord, Terminal, TransitionError};
+use crate::model::{ErrorCode, ErrorObject, JsonObject, TaskId};
+
+/// What a handler returns: a result (e.g. a `CallToolResult`, also with
+/// `isError: true`), or a JSON-RPC error that fails the task.
+pub type HandlerResult = Result<JsonObject, ErrorObject>;
+
+/// A tool's handler, registered with [`Runtime::register`](super::Runtime::register).
+///
+/// Implemented for every `Fn(TaskContext, JsonObject) -> impl Future<Output = HandlerResult>`.
+pub trait ToolHandler: Send + Sync + 'static {
+    /// Runs the tool with its arguments as a task.
+    fn call(&self, ctx: TaskContext, args: JsonObject) -> BoxFuture<'static, HandlerResult>;
+}
+
+impl<F, Fut> ToolHandler for F
+where
+    F: Fn(TaskContext, JsonObject) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + Send + 'static,
+{
+    fn call(&self, ctx: TaskContext, args: JsonObject) -> BoxFuture<'static, HandlerResult> {
+        Box::pin(self(ctx, args))
+    }
+}
+
+/// How a task ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskOutcome {
+    /// Completed with this result.
+    Completed(JsonObject),
+    /// Failed with this JSON-RPC error.
+    Failed(ErrorObject),
+    /// Cancelled.
+    Cancelled,
+}
+
+impl TaskOutcome {
+    /// The outcome of a terminal task, `None` while it is active.
+    pub fn of(rec: &TaskRecord) -> Option<TaskOutcome> {
+        match rec.phase() {
+            Phase::Active(_) => None,
+            Phase::Terminal(Terminal::Completed { result }) => Some(TaskOutcome::Completed(result.clone())),
+            Phase::Terminal(Terminal::Failed { error }) => Some(TaskOutcome::Failed((**error).clone())),
+            Phase::Terminal(Terminal::Cancelled { .. }) => Some(TaskOutcome::Cancelled),
+        }
+    }
+
+    /// The result when completed.
+    pub fn result(&self) -> Option<&JsonObject> {
+        match self {
+            TaskOutcome::Completed(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// The outcome of a dependency named in [`SubtaskOptions::after`], handed to
+/// the dependent subtask when it starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DependencyOutcome {
+    /// The dependency.
+    pub id: TaskId,
+    /// How it ended.
+    pub outcome: TaskOutcome,
+}
+
+/// Options of a subtask.
+#[derive(Debug, Clone, Default)]
+pub struct SubtaskOptions {
+    /// TTL in milliseconds, clamped to the parent's expiry (I8).
+    pub ttl_ms: Option<u64>,
+    /// Suggested poll interval; inherited when unset.
+    pub poll_interval_ms: Option<u64>,
+    /// Fail-fast: if this subtask fails, its siblings are cancelled and the
+    /// parent fails. Default is supervise: the parent sees the outcome.
+    pub fail_fast: bool,
+    /// Earlier siblings that must be terminal before this subtask starts;
+    /// their outcomes are in [`TaskContext::dependencies`].
+    pub after: Vec<TaskId>,
+}
+
+impl SubtaskOptions {
+    /// Starts only after these sibling subtasks are terminal.
+    #[must_use]
+    pub fn after(mut self, handles: &[&SubtaskHandle]) -> Self {
+        self.after.extend(handles.iter().map(|h| h.id));
+        self
+    }
+
+    /// Fail-fast instead of supervise.
+    #[must_use]
+    pub fn fail_fast(mut self) -> Self {
+        self.fail_fast = true;
+        self
+    }
+
+    /// Sets the TTL.
+    #[must_use]
+    pub fn ttl_ms(mut self, ttl: u64) -> Self {
+        self.ttl_ms = Some(ttl);
+        self
+    }
+}
+
+/// Why a context call did not return normally.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskError {
+    /// The task is being cancelled (or failed): stop and return.
+    Interrupted,
+    /// The runtime rejected the call (a limit, a duplicate input key...).
+    Rejected(RuntimeError),
+}
+
+impl std::fmt::Display for TaskError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TaskError::Interrupted => Interrupted.fmt(f),
+            TaskError::Rejected(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for TaskError {}
+
+impl From<TaskError> for ErrorObject {
+    fn from(e: TaskError) -> Self {
+        match e {
+            TaskError::Interrupted => Interrupted.into(),
+            TaskError::Rejected(e) => e.into(),
+        }
+    }
+}
+
+impl From<TransitionError> for TaskError {
+    fn from(e: TransitionError) -> Self {
+        match e {
+            TransitionError::WindingDown(_) | TransitionError::Terminal { .. } | TransitionError::UnknownTask(_) => {
+                TaskError::Interrupted
+            }
+            other => TaskError::Rejected(other.into()),
+        }
+    }
+}
+
+/// Whether this handler holds a scheduler slot. A handler gives its slot
+/// back while it is parked (paused, awaiting input, awaiting a subtask) and
+/// takes one again before it continues.
+pub(crate) struct SlotCell {
+    root: TaskId,
+    state: Mutex<SlotState>,
+}
+
+struct SlotState {
+    holding: bool,
+    blocked: u32,
+}
+
+impl SlotCell {
+    fn block(&self, inner: &Arc<Inner>) {
+        let release = {
+            let mut st = self.state.lock();
+            st.blocked += 1;
+            let release = st.blocked == 1 && st.holding;
+            if release {
+                st.holding = false;
+            }
+            release
+        };
+        if release {
+            let ready = inner.sched.release(self.root);
+            inner.run_jobs(ready);
+        }
+    }
+
+    async fn unblock(&self, inner: &Arc<Inner>) {
+        let need = {
+            let mut st = self.state.lock();
+            st.blocked = st.blocked.saturating_sub(1);
+            st.blocked == 0 && !st.holding
+        };
+        if !need {
+            return;
+        }
+        if !inner.sched.try_acquire(self.root) {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let ready = inner.sched.submit(self.root, Job::Resume(tx), true);
+            inner.run_jobs(ready);
+            // A closed channel means the runtime dropped the job; run on.
+            let _ = rx.await;
+        }
+        self.state.lock().holding = true;
+    }
+
+    fn release_for_exit(&self, inner: &Arc<Inner>) {
+        let release = std::mem::replace(&mut self.state.lock().holding, false);
+        if release {
+            let ready = inner.sched.release(self.root);
+            inner.run_jobs(ready);
+        }
+    }
+}
+
+/// Decrements the blocked count if a blocking wait is dropped midway.
+struct BlockGuard<'a> {
+    slot: &'a SlotCell,
+    armed: bool,
+}
+
+impl Drop for BlockGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut st = self.slot.state.lock();
+            st.blocked = st.blocked.saturating_sub(1);
+        }
+    }
+}
+
+/// The handler's view of its task. Cheap to clone.
+///
+/// Every waiting method is cancellation safe: dropping its future leaves the
+/// task consistent (an input request whose future is dropped is withdrawn).
+#[derive(Clone)]
+pub struct TaskContext {
+    inner: Arc<Inner>,
+    tree: Arc<TreeCell>,
+    id: TaskId,
+    parent: Option<TaskId>,
+    slot: Arc<SlotCell>,
+    deps: Arc<[DependencyOutcome]>,
+}
+
+impl std::fmt::Debug for TaskContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskContext").field("task_id", &self.id).field("parent", &self.parent).finish()
+    }
+}
+
+impl TaskContext {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        tree: Arc<TreeCell>,
+        id: TaskId,
+        parent: Option<TaskId>,
+        deps: Vec<DependencyOutcome>,
+    ) -> Self {
+        let slot = Arc::new(SlotCell { root: tree.root, state: Mutex::new(SlotState { holding: true, blocked: 0 }) });
+        TaskContext { inner, tree, id, parent, slot, deps: deps.into() }
+    }
+
+    /// This task's id.
+    pub fn task_id(&self) -> TaskId {
+        self.id
+    }
+
+    /// The parent task, `None` for a root.
+    pub fn parent_task_id(&self) -> Option<TaskId> {
+        self.parent
+    }
+
+    /// The root of this task's tree.
+    pub fn root_task_id(&self) -> TaskId {
+        self.tree.root
+    }
+
+    /// Outcomes of the dependencies named in [`SubtaskOptions::after`], in that order.
+    pub fn dependencies(&self) -> &[DependencyOutcome] {
+        &self.deps
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut TreeState, crate::model::Timestamp, &mut Post) -> R) -> R {
+        self.inner.with_tree(&self.tree, f)
+    }
+
+    /// Runs `fut` with this handler's scheduler slot given back.
+    async fn parked<F: Future>(&self, fut: F) -> F::Output {
+        self.slot.block(&self.inner);
+        let mut guard = BlockGuard { slot: &self.slot, armed: true };
+        let out = fut.await;
+        guard.armed = false;
+        self.slot.unblock(&self.inner).await;
+        out
+    }
+
+    /// Sets the status message clients see while the task runs.
+    pub fn set_status_message(&self, message: impl Into<String>) {
+        let message = message.into();
+        self.with(|st, now, _| {
+            let _ = st.forest.set_status_message(now, self.id, Some(message));
+        });
+    }
+
+    /// Whether a cancel was accepted (or a failure decided) for this task.
+    pub fn is_cancelled(&self) -> bool {
+        let st = self.tree.state.lock();
+        st.forest.task(self.id).is_none_or(|r| r.is_terminal() || r.is_winding_down())
+    }
+
+    /// Resolves once the task is being cancelled (or failed by its TTL or a
+    /// fail-fast sibling).
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe to drop and to use in `select!`.
+    pub async fn cancelled(&self) {
+        loop {
+            let notify = {
+                let mut st = self.tree.state.lock();
+                if st.forest.task(self.id).is_none_or(|r| r.is_terminal() || r.is_winding_down()) {
+                    return;
+                }
+                st.notify_of(self.id)
+            };
+            let Some(notify) = notify else { return };
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits on this task's notifier after `check` (run under the tree lock)
+    /// returns `None`; returns `check`'s value once it is `Some`.
+    async fn wait_until<R>(&self, park: bool, mut check: impl FnMut(&mut TreeState, &mut Post) -> Option<R>) -> R {
+        loop {
+            let mut post = Post::default();
+            let (ready, notify) = {
+                let mut st = self.tree.state.lock();
+                let r = check(&mut st, &mut post);
+                let notify = if r.is_none() { st.notify_of(self.id) } else { None };
+                self.inner.absorb(&mut st, &mut post);
+                (r, notify)
+            };
+            self.inner.run_post(&self.tree, post);
+            if let Some(r) = ready {
+                return r;
+            }
+            let Some(notify) = notify else { continue };
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            // Re-check after enabling so a change between unlock and enable is not missed.
+            let changed = {
+                let mut st = self.tree.state.lock();
+                let mut post = Post::default();
+                let r = check(&mut st, &mut post);
+                self.inner.absorb(&mut st, &mut post);
+                drop(st);
+                self.inner.run_post(&self.tree, post);
+                r
+            };
+            if let Some(r) = changed {
+                return r;
+            }
+            if park {
+                self.parked(notified).await;
+            } else {
+                notified.await;
+            }
+        }
+    }
+
+    /// The safe point. Returns the steer messages queued since the last
+    /// one, oldest first, each exactly once (I10); parks while the task is
+    /// paused (giving its scheduler slot back); returns
+    /// [`TaskError::Interrupted`] once a cancel is requested.
+    ///
+    /// # Errors
+    ///
+    /// `Interrupted` when the task is being cancelled or failed.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe: steers are only taken when the call returns them.
+    pub async fn checkpoint(&self) -> Result<Vec<String>, TaskError> {
+        let id = self.id;
+        let now = || self.inner.now();
+        self.wait_until(true, |st, _| match st.forest.reach_safe_point(now(), id) {
+            Ok(SafePoint::Continue(steers)) => Some(Ok(steers)),
+            Ok(SafePoint::Stop) => Some(Err(TaskError::Interrupted)),
+            Ok(SafePoint::Park) => None,
+            Err(e) => Some(Err(e.into())),
+        })
+        .await
+    }
+
+    /// Server-initiated pause (SEP-2669): the task turns `paused` now, with
+    /// its live descendants, and this call parks until a client resumes it.
+    /// Returns the steers queued meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// `Interrupted` when cancelled while paused; `Rejected` if already paused.
+    ///
+    /// # Cancellation safety
+    ///
+    /// If dropped while parked, the task stays paused until resumed.
+    pub async fn pause_self(&self, reason: impl Into<String>) -> Result<Vec<String>, TaskError> {
+        let reason = reason.into();
+        self.with(|st, now, _| st.forest.pause_self(now, self.id, Some(reason)))?;
+        self.checkpoint().await
+    }
+
+    /// Asks the client for input under `key` (the task shows
+    /// `input_required`) and waits for the response delivered by
+    /// `tasks/update`. Keys are unique over the task's lifetime (I9).
+    ///
+    /// # Errors
+    ///
+    /// `Rejected` for a key used before; `Interrupted` on cancel.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Dropping the future withdraws the request.
+    pub async fn request_input(&self, key: impl Into<String>, request: JsonObject) -> Result<JsonObject, TaskError> {
+        let key = key.into();
+        self.with(|st, now, _| st.forest.request_input(now, self.id, key.clone(), request))?;
+        struct Withdraw<'a> {
+            ctx: &'a TaskContext,
+            key: &'a str,
+            armed: bool,
+        }
+        impl Drop for Withdraw<'_> {
+            fn drop(&mut self) {
+                if self.armed {
+                    self.ctx.with(|st, now, _| {
+                        let _ = st.forest.withdraw_input(now, self.ctx.id, self.key);
+                        if let Some(rt) = st.rt.get_mut(&self.ctx.id) {
+                            rt.answers.remove(self.key);
+                        }
+                    });
+                }
+            }
+        }
+        let mut guard = Withdraw { ctx: self, key: &key, armed: true };
+        let id = self.id;
+        let out = self
+            .wait_until(true, |st, _| {
+                if let Some(answer) = st.rt.get_mut(&id).and_then(|rt| rt.answers.remove(&key)) {
+                    return Some(Ok(answer));
+                }
+                match st.forest.task(id) {
+                    Some(r) if !r.is_terminal() && !r.is_winding_down() => None,
+                    _ => Some(Err(TaskError::Interrupted)),
+                }
+            })
+            .await;
+        guard.armed = false;
+        out
+    }
+
+    /// Steer messages as a stream, oldest first, each exactly once. Nothing
+    /// is delivered while the task is paused. Ends when the task winds down.
+    pub fn steers(&self) -> impl Stream<Item = String> + Send + 'static {
+        let ctx = self.clone();
+        futures::stream::unfold((ctx, std::collections::VecDeque::<String>::new()), |(ctx, mut buf)| async move {
+            loop {
+                if let Some(m) = buf.pop_front() {
+                    return Some((m, (ctx, buf)));
+                }
+                let id = ctx.id;
+                let now = ctx.inner.now();
+                let got = ctx
+                    .wait_until(false, |st, _| match st.forest.take_steers(now, id) {
+                        Ok(s) if !s.is_empty() => Some(Some(s)),
+                        Ok(_) => match st.forest.task(id) {
+                            Some(r) if !r.is_winding_down() => None,
+                            _ => Some(None),
+                        },
+                        Err(_) => Some(None),
+                    })
+                    .await;
+                match got {
+                    Some(s) => buf.extend(s),
+                    None => return None,
+                }
+            }
+        })
+    }
+
+    /// Starts a subtask running `f`, appended to this task's `childTaskIds`.
+    /// It starts when its `after` dependencies are terminal and a scheduler
+    /// slot is free; until then it shows `working` with a status message
+    /// saying what it waits for.
+    ///
+    /// # Errors
+    ///
+    /// `Interrupted` if this task is being cancelled (I5); `Rejected` for a
+    /// limit (depth, fan-out) or an `after` entry that is not an earlier
+    /// sibling.
+    pub fn spawn_subtask<F, Fut>(&self, opts: SubtaskOptions, f: F) -> Result<SubtaskHandle, TaskError>
+    where
+        F: FnOnce(TaskContext) -> Fut + Send + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let body: HandlerBody = Box::new(move |ctx| Box::pin(f(ctx)));
+        self.spawn_body(opts, body)
+    }
+
+    pub(crate) fn spawn_body(&self, opts: SubtaskOptions, body: HandlerBody) -> Result<SubtaskHandle, TaskError> {
+        let root = self.tree.root;
+        let fast = opts.after.is_empty() && self.inner.sched.try_acquire(root);
+        let parent = self.id;
+        let tree = self.tree.clone();
+        let created = self.with(|st, now, post| -> Result<(TaskId, Option<StartJob>), TaskError> {
+            let children = st.forest.task(parent).map(|r| r.children().to_vec()).unwrap_or_default();
+            super::plan::check_after(&children, &opts.after)?;
+            let id = st.forest.create_child(
+                now,
+                parent,
+                ChildOptions { ttl_ms: opts.ttl_ms, poll_interval_ms: opts.poll_interval_ms, fail_fast: opts.fail_fast },
+            )?;
+            let job = StartJob { tree: tree.clone(), id, body, deps: opts.after.clone() };
+            let pending: Vec<TaskId> =
+                opts.after.iter().copied().filter(|d| st.forest.task(*d).is_some_and(|r| !r.is_terminal())).collect();
+            if !pending.is_empty() {
+                for d in &pending {
+                    st.rt.entry(*d).or_default().dependents.push(id);
+                }
+                let rt = st.rt.entry(id).or_default();
+                rt.pending_deps = pending.len() as u32;
+                rt.job = Some(job);
+                let _ = st.forest.set_status_message(
+                    now,
+                    id,
+                    Some(format!("queued: waiting for {} dependencies", pending.len())),
+                );
+                return Ok((id, None));
+            }
+            if fast {
+                return Ok((id, Some(job)));
+            }
+            let _ = st.forest.set_status_message(now, id, Some("queued: waiting for a scheduler slot".to_owned()));
+            post.submit(job, false);
+            Ok((id, None))
+        });
+        let (id, job) = match created {
+            Ok(v) => v,
+            Err(e) => {
+                if fast {
+                    let ready = self.inner.sched.release(root);
+                    self.inner.run_jobs(ready);
+                }
+                return Err(e);
+            }
+        };
+        match job {
+            Some(job) => {
+                if !self.inner.start_job(job) {
+                    let ready = self.inner.sched.release(root);
+                    self.inner.run_jobs(ready);
+                }
+            }
+            None if fast => {
+                // The slot was taken for a job that waits after all.
+                let ready = self.inner.sched.release(root);
+                self.inner.run_jobs(ready);
+            }
+            None => {}
+        }
+        Ok(SubtaskHandle { ctx: self.clone(), id })
+    }
+
+    /// Runs the handler, turning its return, error, panic or abort into the
+    /// task's `finish`.
+    pub(crate) async fn supervise(self, body: HandlerBody) {
+        let span = tracing::info_span!(
+            "task",
+            task_id = %self.id,
+            parent_task_id = ?self.parent.map(|p| p.to_string()),
+            root = %self.tree.root,
+        );
+        let ctx = self.clone();
+        async move {
+            let run = AssertUnwindSafe(body(ctx.clone())).catch_unwind();
+            let grace = ctx.inner.config.cancel_grace;
+            let outcome = tokio::select! {
+                r = run => match r {
+                    Ok(Ok(result)) => HandlerOutcome::Returned(result),
+                    Ok(Err(error)) => HandlerOutcome::Errored(error),
+                    Err(panic) => {
+                        let what = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_owned())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "non-string panic".to_owned());
+                        tracing::error!(panic = %what, "handler panicked");
+                        HandlerOutcome::Errored(ErrorObject::new(
+                            ErrorCode::INTERNAL_ERROR,
+                            format!("handler panicked: {what}"),
+                        ))
+                    }
+                },
+                () = async { ctx.cancelled().await; tokio::time::sleep(grace).await } => {
+                    tracing::warn!(grace_ms = grace.as_millis() as u64, "handler ignored cancel; aborted");
+                    HandlerOutcome::Aborted
+                }
+            };
+            ctx.slot.release_for_exit(&ctx.inner);
+            let id = ctx.id;
+            ctx.with(|st, now, _| {
+                if let Err(e) = st.forest.finish(now, id, outcome) {
+                    tracing::debug!(error = %e, "finish after the task ended");
+                }
+            });
+        }
+        .instrument(span)
+        .await;
+    }
+}
+
+/// A subtask started by [`TaskContext::spawn_subtask`]. Await it (or call
+/// [`SubtaskHandle::outcome`]) for the child's outcome; the awaiting parent
+/// gives its scheduler slot back meanwhile.
+#[derive(Clone)]
+pub struct SubtaskHandle {
+    ctx: TaskContext,
+    id: TaskId,
+}
+
+impl std::fmt::Debug for SubtaskHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubtaskHandle").field("id", &self.id).finish()
+    }
+}
+
+impl SubtaskHandle {
+    /// The subtask's id.
+    pub fn id(&self) -> TaskId {
+        self.id
+    }
+
+    /// Waits for the subtask to be terminal and returns its outcome.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe to drop; the subtask keeps running.
+    pub async fn outcome(&self) -> TaskOutcome {
+        let id = self.id;
+        loop {
+            let notify: Option<Arc<Notify>> = {
+                let mut st = self.ctx.tree.state.lock();
+                match st.forest.task(id) {
+                    None => return TaskOutcome::Cancelled,
+                    Some(r) => {
+                        if let Some(o) = TaskOutcome::of(r) {
+                            return o;
+                        }
+                    }
+                }
+                st.notify_of(id)
+            };
+            let Some(notify) = notify else { continue };
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.ctx.tree.state.lock().forest.task(id).is_none_or(TaskRecord::is_terminal) {
+                continue;
+            }
+            self.ctx.parked(notified).await;
+        }
+    }
+}
+
+impl IntoFuture for SubtaskHandle {
+    type Output = TaskOutcome;
+    type IntoFuture = BoxFuture<'static, TaskOutcome>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.outcome().await })
+    }
+}

@@ -1,0 +1,175 @@
+//! Shared state of a runtime: the tree index, the scheduler, the timer
+//! queue, the tool registry and the clock.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::Notify;
+
+use super::config::RuntimeConfig;
+use super::context::ToolHandler;
+use super::scheduler::Scheduler;
+use super::tree::TreeCell;
+use crate::core::IdMap;
+use crate::model::{TaskId, Timestamp};
+
+const INDEX_SHARDS: usize = 64;
+
+/// Wall-clock time derived from tokio's clock, so tests with paused time
+/// drive TTLs deterministically.
+pub(crate) struct Clock {
+    wall0: Timestamp,
+    instant0: tokio::time::Instant,
+}
+
+impl Clock {
+    fn new() -> Self {
+        Clock { wall0: Timestamp::now(), instant0: tokio::time::Instant::now() }
+    }
+
+    pub(crate) fn now(&self) -> Timestamp {
+        let elapsed = tokio::time::Instant::now().saturating_duration_since(self.instant0);
+        self.wall0.saturating_add(elapsed.as_millis() as u64)
+    }
+
+    pub(crate) fn instant_of(&self, at: Timestamp) -> tokio::time::Instant {
+        self.instant0 + Duration::from_millis(at.millis_since(self.wall0))
+    }
+}
+
+/// Deadlines of all trees, earliest first. Entries may be stale (the tree
+/// re-armed or was deleted); firing a stale entry is a no-op.
+pub(crate) struct TimerQueue {
+    heap: Mutex<BinaryHeap<Reverse<(Timestamp, TaskId)>>>,
+    pub(crate) changed: Arc<Notify>,
+}
+
+impl TimerQueue {
+    pub(crate) fn arm(&self, at: Timestamp, root: TaskId) {
+        let mut heap = self.heap.lock();
+        let earlier = heap.peek().is_none_or(|Reverse((first, _))| at < *first);
+        heap.push(Reverse((at, root)));
+        drop(heap);
+        if earlier {
+            self.changed.notify_one();
+        }
+    }
+
+    pub(crate) fn next(&self) -> Option<Timestamp> {
+        self.heap.lock().peek().map(|Reverse((at, _))| *at)
+    }
+
+    pub(crate) fn pop_due(&self, now: Timestamp) -> Vec<TaskId> {
+        let mut heap = self.heap.lock();
+        let mut due = Vec::new();
+        while let Some(Reverse((at, root))) = heap.peek().copied() {
+            if at > now {
+                break;
+            }
+            heap.pop();
+            due.push(root);
+        }
+        due
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: RuntimeConfig,
+    index: Box<[Mutex<IdMap<Arc<TreeCell>>>]>,
+    pub(crate) tools: RwLock<HashMap<String, Arc<dyn ToolHandler>>>,
+    pub(crate) sched: Scheduler,
+    pub(crate) timers: TimerQueue,
+    pub(crate) clock: Clock,
+}
+
+impl Inner {
+    pub(crate) fn new(config: RuntimeConfig) -> Self {
+        Inner {
+            config,
+            index: (0..INDEX_SHARDS).map(|_| Mutex::new(IdMap::default())).collect(),
+            tools: RwLock::new(HashMap::new()),
+            sched: Scheduler::new(config.max_running, config.max_running_per_tree),
+            timers: TimerQueue { heap: Mutex::new(BinaryHeap::new()), changed: Arc::new(Notify::new()) },
+            clock: Clock::new(),
+        }
+    }
+
+    pub(crate) fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    fn shard(&self, id: TaskId) -> &Mutex<IdMap<Arc<TreeCell>>> {
+        let v = id.as_u128();
+        &self.index[((v as u64) ^ ((v >> 64) as u64)) as usize % INDEX_SHARDS]
+    }
+
+    /// The tree holding `id`, in O(1).
+    pub(crate) fn tree_of(&self, id: TaskId) -> Option<Arc<TreeCell>> {
+        self.shard(id).lock().get(&id).cloned()
+    }
+
+    pub(crate) fn index_insert(&self, id: TaskId, tree: &Arc<TreeCell>) {
+        self.shard(id).lock().insert(id, tree.clone());
+    }
+
+    pub(crate) fn index_remove(&self, id: TaskId) {
+        let mut shard = self.shard(id).lock();
+        shard.remove(&id);
+        if shard.is_empty() && shard.capacity() > 1024 {
+            shard.shrink_to_fit();
+        }
+    }
+
+    /// Number of retrievable tasks (sums the index shards).
+    pub(crate) fn task_count(&self) -> usize {
+        self.index.iter().map(|s| s.lock().len()).sum()
+    }
+}
+
+/// Fires TTL expiry and tree deletion. One task per runtime; it holds only a
+/// weak reference so dropping the last `Runtime` stops it.
+pub(crate) async fn timer_driver(inner: std::sync::Weak<Inner>) {
+    let Some(changed) = inner.upgrade().map(|s| s.timers.changed.clone()) else { return };
+    loop {
+        let notified = changed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let Some(strong) = inner.upgrade() else { return };
+        let next = strong.timers.next();
+        let sleep_until = next.map(|at| strong.clock.instant_of(at));
+        drop(strong);
+        match sleep_until {
+            Some(when) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(when) => {}
+                    () = &mut notified => continue,
+                }
+            }
+            None => {
+                // Wake periodically to notice a dropped runtime.
+                tokio::select! {
+                    () = &mut notified => continue,
+                    () = tokio::time::sleep(Duration::from_secs(3600)) => continue,
+                }
+            }
+        }
+        let Some(strong) = inner.upgrade() else { return };
+        let now = strong.now();
+        for root in strong.timers.pop_due(now) {
+            let Some(tree) = strong.tree_of(root) else { continue };
+            strong.with_tree(&tree, |st, now, _| {
+                st.forest.handle_timeout(now);
+                if let Some(next) = st.forest.next_deadline() {
+                    // Re-arm: the forest may have later timers.
+                    Some(next)
+                } else {
+                    None
+                }
+            })
+            .map(|next| strong.timers.arm(next, root));
+        }
+    }
+}

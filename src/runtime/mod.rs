@@ -1,0 +1,341 @@
+//! The tokio runtime: runs tool handlers as tasks, drives the core.
+//!
+//! The lifecycle rules live in [`crate::core`]; this layer runs handlers,
+//! delivers steer / pause / cancel / input to them, schedules them under a
+//! global and a per-tree limit, fires timers and streams ordered results.
+//!
+//! * State is sharded by tree: each tree has its own `Forest` behind its own
+//!   lock, found through a sharded id index, so independent trees never
+//!   contend on one lock and `get` is O(1).
+//! * No lock is held across `.await`: effects are computed under the tree
+//!   lock and acted on (wake-ups, scheduling, timers) after it is released.
+//! * Timers live in ordered heaps (one per tree in the core, one across trees
+//!   here); nothing sweeps over all tasks.
+//!
+//! # Examples
+//!
+//! ```
+//! use subtask::core::{ClientView, RootOptions};
+//! use subtask::model::{JsonObject, TaskStatus};
+//! use subtask::runtime::{Runtime, RuntimeConfig, SubtaskOptions};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let rt = Runtime::new(RuntimeConfig::default());
+//! let root = rt.spawn(RootOptions::default(), |ctx| async move {
+//!     let child = ctx.spawn_subtask(SubtaskOptions::default(), |_| async { Ok(JsonObject::new()) })?;
+//!     let _outcome = child.await;
+//!     Ok(JsonObject::new())
+//! });
+//! let done = rt.wait(root, ClientView::PAUSE_AWARE).await.unwrap();
+//! assert_eq!(done.status(), TaskStatus::Completed);
+//! # }
+//! ```
+
+mod config;
+mod context;
+mod error;
+mod inner;
+mod plan;
+mod scheduler;
+mod tree;
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::Stream;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+pub use config::RuntimeConfig;
+pub use context::{
+    DependencyOutcome, HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError, TaskOutcome, ToolHandler,
+};
+pub use error::{Interrupted, RuntimeError};
+pub use plan::SubtaskPlan;
+
+use crate::core::{CancelOutcome, ClientView, Forest, IdMap, ResultCursor, RootOptions};
+use crate::model::{DetailedTask, InputResponses, JsonObject, TaskId};
+use inner::Inner;
+use tree::{HandlerBody, Post, StartJob, TreeCell, TreeState};
+
+/// The task runtime. Cheap to clone and share; every clone drives the same tasks.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("config", &self.inner.config).finish()
+    }
+}
+
+impl Runtime {
+    /// A runtime with its timer driver.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (the timer driver is spawned here).
+    pub fn new(config: RuntimeConfig) -> Self {
+        let inner = Arc::new(Inner::new(config));
+        tokio::spawn(inner::timer_driver(Arc::downgrade(&inner)));
+        Runtime { inner }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.inner.config
+    }
+
+    /// Registers a tool handler under `name` (replacing any earlier one).
+    pub fn register(&self, name: impl Into<String>, handler: impl ToolHandler) {
+        self.inner.tools.write().insert(name.into(), Arc::new(handler));
+    }
+
+    /// Whether a tool is registered.
+    pub fn has_tool(&self, name: &str) -> bool {
+        self.inner.tools.read().contains_key(name)
+    }
+
+    /// Starts the registered tool `name` as a root task. The task is
+    /// retrievable when this returns.
+    ///
+    /// # Errors
+    ///
+    /// `UnknownTool`.
+    pub fn start_tool(&self, name: &str, args: JsonObject, opts: RootOptions) -> Result<TaskId, RuntimeError> {
+        let handler = self.inner.tools.read().get(name).cloned().ok_or_else(|| RuntimeError::UnknownTool(name.into()))?;
+        Ok(self.start_root(opts, Box::new(move |ctx| handler.call(ctx, args))))
+    }
+
+    /// Starts `f` as a root task. The task is retrievable when this returns.
+    pub fn spawn<F, Fut>(&self, opts: RootOptions, f: F) -> TaskId
+    where
+        F: FnOnce(TaskContext) -> Fut + Send + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.start_root(opts, Box::new(move |ctx| Box::pin(f(ctx))))
+    }
+
+    fn start_root(&self, mut opts: RootOptions, body: HandlerBody) -> TaskId {
+        let inner = &self.inner;
+        if opts.poll_interval_ms.is_none() {
+            opts.poll_interval_ms = inner.config.default_poll_interval_ms;
+        }
+        let mut forest = Forest::new(inner.config.forest);
+        let id = forest.create_root(inner.now(), opts).expect("creating a root task has no failure mode");
+        let tree = Arc::new(TreeCell {
+            root: id,
+            state: Mutex::new(TreeState { forest, rt: IdMap::default() }),
+            changed: Notify::new(),
+        });
+        let fast = inner.sched.try_acquire(id);
+        let job = StartJob { tree: tree.clone(), id, body, deps: Vec::new() };
+        let mut post = Post::default();
+        {
+            let mut st = tree.state.lock();
+            if !fast {
+                let now = inner.now();
+                let _ = st.forest.set_status_message(now, id, Some("queued: waiting for a scheduler slot".to_owned()));
+            }
+            inner.absorb(&mut st, &mut post);
+        }
+        inner.run_post(&tree, post);
+        if fast {
+            if !inner.start_job(job) {
+                let ready = inner.sched.release(id);
+                inner.run_jobs(ready);
+            }
+        } else {
+            inner.schedule(job, false);
+        }
+        id
+    }
+
+    fn tree(&self, id: TaskId) -> Result<Arc<TreeCell>, RuntimeError> {
+        self.inner.tree_of(id).ok_or(RuntimeError::Transition(crate::core::TransitionError::UnknownTask(id)))
+    }
+
+    /// The task as `view` sees it, in O(1) (plus its payload size).
+    pub fn get(&self, id: TaskId, view: ClientView) -> Option<DetailedTask> {
+        let tree = self.inner.tree_of(id)?;
+        let st = tree.state.lock();
+        st.forest.snapshot(id, view)
+    }
+
+    /// `tasks/update`: delivers input responses; returns the accepted keys
+    /// (answers to keys that are not outstanding are ignored).
+    ///
+    /// # Errors
+    ///
+    /// Unknown task; paused task (resume first).
+    pub fn update(&self, id: TaskId, responses: InputResponses) -> Result<Vec<String>, RuntimeError> {
+        let tree = self.tree(id)?;
+        Ok(self.inner.with_tree(&tree, |st, now, _| st.forest.answer_input(now, id, responses))?)
+    }
+
+    /// `tasks/cancel`: cancels the task and its subtree (leaves first).
+    ///
+    /// # Errors
+    ///
+    /// Unknown task.
+    pub fn cancel(&self, id: TaskId) -> Result<CancelOutcome, RuntimeError> {
+        let tree = self.tree(id)?;
+        Ok(self.inner.with_tree(&tree, |st, now, _| st.forest.cancel(now, id))?)
+    }
+
+    /// `tasks/steer`: queues a message for the task's next safe point.
+    ///
+    /// # Errors
+    ///
+    /// Unknown or terminal task, a task winding down or whose handler
+    /// finished, or a steer limit.
+    pub fn steer(&self, id: TaskId, message: impl Into<String>) -> Result<(), RuntimeError> {
+        let tree = self.tree(id)?;
+        let message = message.into();
+        Ok(self.inner.with_tree(&tree, |st, now, _| st.forest.steer(now, id, message))?)
+    }
+
+    /// `tasks/pause`: pauses the task and its live descendants; returns the
+    /// task as it is now (`paused`, or unchanged with a pending-pause message).
+    ///
+    /// # Errors
+    ///
+    /// Unknown, terminal or already paused task.
+    pub fn pause(&self, id: TaskId, view: ClientView) -> Result<DetailedTask, RuntimeError> {
+        let tree = self.tree(id)?;
+        Ok(self.inner.with_tree(&tree, |st, now, _| {
+            st.forest.pause(now, id).map(|_| st.forest.snapshot(id, view).expect("the task was just paused"))
+        })?)
+    }
+
+    /// `tasks/resume`: resumes the task and the descendants paused through
+    /// it; returns the task after resuming.
+    ///
+    /// # Errors
+    ///
+    /// Unknown task, or not paused.
+    pub fn resume(&self, id: TaskId, view: ClientView) -> Result<DetailedTask, RuntimeError> {
+        let tree = self.tree(id)?;
+        Ok(self.inner.with_tree(&tree, |st, now, _| {
+            st.forest.resume(now, id).map(|()| st.forest.snapshot(id, view).expect("the task was just resumed"))
+        })?)
+    }
+
+    /// Deletes a terminal tree now.
+    ///
+    /// # Errors
+    ///
+    /// Unknown task, not a root, or not terminal.
+    pub fn delete_tree(&self, root: TaskId) -> Result<(), RuntimeError> {
+        let tree = self.tree(root)?;
+        Ok(self.inner.with_tree(&tree, |st, now, _| st.forest.delete_tree(now, root))?)
+    }
+
+    /// Number of retrievable tasks.
+    pub fn task_count(&self) -> usize {
+        self.inner.task_count()
+    }
+
+    /// Handlers holding a scheduler slot now.
+    pub fn running_handlers(&self) -> usize {
+        self.inner.sched.running()
+    }
+
+    /// The terminal tasks of a tree in result order (I12): each child's
+    /// subtree in `childTaskIds` order, then the parent; each exactly once,
+    /// as soon as the order allows. Ends after the root (or if the tree is
+    /// deleted).
+    pub fn results(&self, root: TaskId, view: ClientView) -> impl Stream<Item = DetailedTask> + Send + 'static {
+        struct S {
+            tree: Option<Arc<TreeCell>>,
+            cursor: ResultCursor,
+            buf: VecDeque<DetailedTask>,
+        }
+        let s = S { tree: self.inner.tree_of(root), cursor: ResultCursor::new(root), buf: VecDeque::new() };
+        futures::stream::unfold(s, move |mut s| async move {
+            loop {
+                if let Some(t) = s.buf.pop_front() {
+                    return Some((t, s));
+                }
+                let tree = s.tree.clone()?;
+                if s.cursor.is_finished() {
+                    return None;
+                }
+                let notified = tree.changed.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                {
+                    let st = tree.state.lock();
+                    while let Some(id) = s.cursor.next_ready(&st.forest) {
+                        s.buf.extend(st.forest.snapshot(id, view));
+                    }
+                }
+                if s.buf.is_empty() {
+                    if s.cursor.is_finished() {
+                        return None;
+                    }
+                    notified.await;
+                }
+            }
+        })
+    }
+
+    /// A `DetailedTask` snapshot of each task on every observable change.
+    /// Intermediate snapshots may coalesce under load; the final (terminal)
+    /// one is never dropped. Each task's stream ends after its terminal
+    /// snapshot (or when its tree is deleted); unknown ids yield nothing.
+    pub fn subscribe(&self, ids: &[TaskId], view: ClientView) -> impl Stream<Item = DetailedTask> + Send + 'static {
+        let streams: Vec<_> = ids.iter().map(|&id| Box::pin(self.watch(id, view))).collect();
+        futures::stream::select_all(streams)
+    }
+
+    fn watch(&self, id: TaskId, view: ClientView) -> impl Stream<Item = DetailedTask> + Send + 'static {
+        struct S {
+            tree: Option<Arc<TreeCell>>,
+            last: Option<DetailedTask>,
+            done: bool,
+        }
+        let s = S { tree: self.inner.tree_of(id), last: None, done: false };
+        futures::stream::unfold(s, move |mut s| async move {
+            loop {
+                if s.done {
+                    return None;
+                }
+                let tree = s.tree.clone()?;
+                let notify = tree.state.lock().notify_of(id);
+                let notified = notify.as_ref().map(|n| n.notified());
+                tokio::pin!(notified);
+                if let Some(n) = notified.as_mut().as_pin_mut() {
+                    n.enable();
+                }
+                let snap = tree.state.lock().forest.snapshot(id, view);
+                let Some(snap) = snap else { return None };
+                if s.last.as_ref() != Some(&snap) {
+                    s.done = snap.status().is_terminal();
+                    s.last = Some(snap.clone());
+                    return Some((snap, s));
+                }
+                match notified.as_pin_mut() {
+                    Some(n) => n.await,
+                    // Terminal and already sent.
+                    None => return None,
+                }
+            }
+        })
+    }
+
+    /// Waits until the task is terminal and returns its final snapshot;
+    /// `None` if it does not exist (or its tree is deleted first).
+    pub async fn wait(&self, id: TaskId, view: ClientView) -> Option<DetailedTask> {
+        use futures::StreamExt;
+        let mut last = None;
+        let mut stream = Box::pin(self.watch(id, view));
+        while let Some(t) = stream.next().await {
+            last = Some(t);
+        }
+        last.filter(|t| t.status().is_terminal())
+    }
+}

@@ -1,0 +1,139 @@
+//! Dependencies among sibling subtasks: `after` validation and plans.
+//!
+//! A [`SubtaskPlan`] declares named steps with `after` edges; spawning it
+//! checks the graph with petgraph (a cycle is rejected with the steps on it)
+//! and starts the steps in a topological order, each with `after` set to
+//! its dependencies, so every step starts only when its dependencies are
+//! terminal and receives their outcomes.
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use petgraph::algo::{tarjan_scc, toposort};
+use petgraph::graphmap::DiGraphMap;
+
+use super::context::{HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError};
+use super::error::RuntimeError;
+use super::tree::HandlerBody;
+use crate::model::TaskId;
+
+/// Checks that every `after` entry is an existing child of the parent (an
+/// earlier sibling of the subtask about to be created). Such edges always
+/// point backwards in creation order, so they cannot form a cycle.
+pub(crate) fn check_after(siblings: &[TaskId], after: &[TaskId]) -> Result<(), TaskError> {
+    for dep in after {
+        if !siblings.contains(dep) {
+            return Err(TaskError::Rejected(RuntimeError::InvalidDependency { dependency: *dep }));
+        }
+    }
+    Ok(())
+}
+
+struct Step {
+    name: String,
+    after: Vec<String>,
+    opts: SubtaskOptions,
+    body: HandlerBody,
+}
+
+/// A set of named sibling subtasks with dependencies among them (a DAG).
+///
+/// # Examples
+///
+/// ```no_run
+/// # use subtask::runtime::{SubtaskPlan, SubtaskOptions, TaskContext};
+/// # use subtask::model::JsonObject;
+/// # async fn demo(ctx: TaskContext) -> Result<(), subtask::runtime::TaskError> {
+/// let mut plan = SubtaskPlan::new();
+/// plan.step("search", &[], SubtaskOptions::default(), |_ctx| async { Ok(JsonObject::new()) });
+/// plan.step("read", &["search"], SubtaskOptions::default(), |ctx| async move {
+///     let _search = &ctx.dependencies()[0];
+///     Ok(JsonObject::new())
+/// });
+/// let handles = plan.spawn(&ctx)?;
+/// let read = handles["read"].clone().await;
+/// # Ok(()) }
+/// ```
+#[derive(Default)]
+pub struct SubtaskPlan {
+    steps: Vec<Step>,
+}
+
+impl std::fmt::Debug for SubtaskPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.steps.iter().map(|s| (&s.name, &s.after))).finish()
+    }
+}
+
+impl SubtaskPlan {
+    /// An empty plan.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a step that starts after the named steps.
+    pub fn step<F, Fut>(&mut self, name: &str, after: &[&str], opts: SubtaskOptions, f: F) -> &mut Self
+    where
+        F: FnOnce(TaskContext) -> Fut + Send + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.steps.push(Step {
+            name: name.to_owned(),
+            after: after.iter().map(|s| (*s).to_owned()).collect(),
+            opts,
+            body: Box::new(move |ctx| Box::pin(f(ctx))),
+        });
+        self
+    }
+
+    /// The order the steps will be created in, or the cycle that prevents one.
+    ///
+    /// # Errors
+    ///
+    /// `DependencyCycle` naming the steps on a cycle; `InvalidDependency`-like
+    /// `DependencyCycle` with one name for an `after` naming an unknown step.
+    pub fn order(&self) -> Result<Vec<usize>, RuntimeError> {
+        let index: HashMap<&str, usize> = self.steps.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+        let mut graph = DiGraphMap::<usize, ()>::new();
+        for i in 0..self.steps.len() {
+            graph.add_node(i);
+        }
+        for (i, s) in self.steps.iter().enumerate() {
+            for dep in &s.after {
+                let Some(&d) = index.get(dep.as_str()) else {
+                    return Err(RuntimeError::DependencyCycle { steps: vec![format!("unknown step {dep:?}")] });
+                };
+                graph.add_edge(d, i, ());
+            }
+        }
+        toposort(&graph, None).map_err(|_| {
+            let cycle = tarjan_scc(&graph)
+                .into_iter()
+                .find(|scc| scc.len() > 1 || scc.iter().any(|n| graph.contains_edge(*n, *n)))
+                .unwrap_or_default();
+            RuntimeError::DependencyCycle { steps: cycle.into_iter().map(|i| self.steps[i].name.clone()).collect() }
+        })
+    }
+
+    /// Creates every step as a subtask of `ctx`'s task, dependencies first.
+    ///
+    /// # Errors
+    ///
+    /// `Rejected(DependencyCycle)` before anything is created; otherwise the
+    /// errors of [`TaskContext::spawn_subtask`].
+    pub fn spawn(self, ctx: &TaskContext) -> Result<HashMap<String, SubtaskHandle>, TaskError> {
+        let order = self.order().map_err(TaskError::Rejected)?;
+        let mut steps: Vec<Option<Step>> = self.steps.into_iter().map(Some).collect();
+        let mut handles: HashMap<String, SubtaskHandle> = HashMap::new();
+        for i in order {
+            let Some(step) = steps[i].take() else { continue };
+            let mut opts = step.opts;
+            for dep in &step.after {
+                opts.after.push(handles[dep].id());
+            }
+            let handle = ctx.spawn_body(opts, step.body)?;
+            handles.insert(step.name, handle);
+        }
+        Ok(handles)
+    }
+}
