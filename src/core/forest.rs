@@ -440,7 +440,7 @@ impl Forest {
             fail_fast,
             steers: VecDeque::new(),
             inputs: None,
-            phase: Phase::Active(Box::new(Active { handler: HandlerState::Queued, pause, ending: None })),
+            phase: Phase::Active(Box::new(Active { handler: HandlerState::Queued, pause, ending: None, waits: 0 })),
             touch_epoch: 0,
             expiry_timer: None,
             delete_timer: None,

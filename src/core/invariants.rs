@@ -157,7 +157,7 @@ impl Forest {
                                 return fail("pause", id, format!("paused via {via}, which is not an ancestor"));
                             }
                             if let PauseState::Pending { .. } = a.pause
-                                && (a.handler != HandlerState::Running || rec.has_outstanding_inputs())
+                                && (a.handler != HandlerState::Running || rec.has_outstanding_inputs() || a.waits > 0)
                             {
                                 return fail("pause", id, "pause pending although the handler is parked".into());
                             }

@@ -220,6 +220,78 @@ impl Forest {
         }
     }
 
+    /// The handler starts waiting on something the runtime controls (a
+    /// subtask's outcome). While it waits it counts as parked: a pending
+    /// pause takes effect now and a new pause is immediate. Pair with
+    /// [`Forest::leave_wait`].
+    ///
+    /// # Errors
+    ///
+    /// `NotStarted`/`HandlerFinished`/`Terminal`/`UnknownTask`.
+    pub fn enter_wait(&mut self, now: Timestamp, id: TaskId) -> Result<(), TransitionError> {
+        self.require_running(id)?;
+        self.begin(now);
+        let rec = self.rec_mut(id);
+        let prior = rec.unpaused_status();
+        if let Some(a) = rec.active_mut() {
+            a.waits += 1;
+            if let PauseState::Pending { via } = a.pause {
+                a.pause = PauseState::Paused { via, prior, reason: None };
+            }
+        }
+        self.end();
+        Ok(())
+    }
+
+    /// The handler stops waiting (see [`Forest::enter_wait`]). Returns what
+    /// it should do before running on: `Continue` (no steers are taken),
+    /// `Park` while paused, `Stop` when winding down.
+    ///
+    /// # Errors
+    ///
+    /// `NotStarted`/`HandlerFinished`/`Terminal`/`UnknownTask`.
+    pub fn leave_wait(&mut self, now: Timestamp, id: TaskId) -> Result<SafePoint, TransitionError> {
+        self.require_running(id)?;
+        let waits = self.tasks[&id].active().map_or(0, |a| a.waits);
+        if waits > 0 {
+            self.begin(now);
+            if let Some(a) = self.rec_mut(id).active_mut() {
+                a.waits -= 1;
+            }
+            self.end();
+        }
+        self.wait_point(now, id)
+    }
+
+    /// A safe point for pause and cancel that takes no steers: `Continue(vec![])`,
+    /// `Park` (a pending pause takes effect) or `Stop`.
+    ///
+    /// # Errors
+    ///
+    /// `NotStarted`/`HandlerFinished`/`Terminal`/`UnknownTask`.
+    pub fn wait_point(&mut self, now: Timestamp, id: TaskId) -> Result<SafePoint, TransitionError> {
+        self.require_running(id)?;
+        let rec = &self.tasks[&id];
+        let Some(a) = rec.active() else { unreachable!("require_running checked the task is active") };
+        if a.ending.is_some() {
+            return Ok(SafePoint::Stop);
+        }
+        match a.pause {
+            PauseState::Paused { .. } => Ok(SafePoint::Park),
+            PauseState::Pending { via } => {
+                self.begin(now);
+                let rec = self.rec_mut(id);
+                let prior = rec.unpaused_status();
+                if let Some(a) = rec.active_mut() {
+                    a.pause = PauseState::Paused { via, prior, reason: None };
+                }
+                self.end();
+                Ok(SafePoint::Park)
+            }
+            PauseState::Unpaused => Ok(SafePoint::Continue(Vec::new())),
+        }
+    }
+
     /// Server-initiated pause (SEP-2669): the handler parks itself now, with
     /// an optional reason, and its live descendants pause with it.
     ///
@@ -401,7 +473,7 @@ impl Forest {
         if a.ending.is_some() || a.pause != PauseState::Unpaused {
             return;
         }
-        let parked = a.handler != HandlerState::Running || rec.has_outstanding_inputs();
+        let parked = a.handler != HandlerState::Running || rec.has_outstanding_inputs() || a.waits > 0;
         let prior = rec.unpaused_status();
         if let Some(a) = self.rec_mut(id).active_mut() {
             a.pause = if parked {

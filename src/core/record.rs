@@ -79,6 +79,10 @@ pub struct Active {
     pub pause: PauseState,
     /// A decided ending (cancel or failure), if any.
     pub ending: Option<Ending>,
+    /// How many runtime-controlled waits (awaiting a subtask) the running
+    /// handler is parked in. While non-zero the handler counts as parked:
+    /// a pause takes effect at once.
+    pub waits: u32,
 }
 
 /// The outcome of a terminal task. Terminal is absorbing.

@@ -402,6 +402,18 @@ impl TaskContext {
         .await
     }
 
+    /// Parks while the task is paused (taking no steers); returns at once
+    /// otherwise, also when the task winds down (the next checkpoint reports it).
+    pub(crate) async fn wait_point(&self) {
+        let id = self.id;
+        let now = || self.inner.now();
+        self.wait_until(true, |st, _| match st.forest.wait_point(now(), id) {
+            Ok(SafePoint::Park) => None,
+            _ => Some(()),
+        })
+        .await;
+    }
+
     /// Server-initiated pause (SEP-2669): the task turns `paused` now, with
     /// its live descendants, and this call parks until a client resumes it.
     /// Returns the steers queued meanwhile.
@@ -654,6 +666,34 @@ impl SubtaskHandle {
     ///
     /// Safe to drop; the subtask keeps running.
     pub async fn outcome(&self) -> TaskOutcome {
+        // Awaiting a subtask parks the parent: a pause takes effect at once,
+        // and a parent paused meanwhile does not run on until resumed.
+        let ctx = &self.ctx;
+        let entered = ctx.with(|st, now, _| st.forest.enter_wait(now, ctx.id).is_ok());
+        struct Leave<'a>(&'a TaskContext, bool);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                if self.1 {
+                    let ctx = self.0;
+                    ctx.with(|st, now, _| {
+                        let _ = st.forest.leave_wait(now, ctx.id);
+                    });
+                }
+            }
+        }
+        let mut leave = Leave(ctx, entered);
+        let outcome = self.child_outcome().await;
+        leave.1 = false;
+        if entered {
+            ctx.with(|st, now, _| {
+                let _ = st.forest.leave_wait(now, ctx.id);
+            });
+        }
+        ctx.wait_point().await;
+        outcome
+    }
+
+    async fn child_outcome(&self) -> TaskOutcome {
         let id = self.id;
         loop {
             let notify: Option<Arc<Notify>> = {

@@ -1,0 +1,458 @@
+//! End-to-end rules of the architecture note, run on the real runtime with
+//! paused tokio time. Nothing here depends on wall-clock speed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use parking_lot::Mutex;
+use subtask::core::{ClientView, RootOptions};
+use subtask::model::{ErrorCode, ErrorObject, InputResponses, JsonObject, TaskId, TaskPayload, TaskStatus};
+use subtask::runtime::{Runtime, RuntimeConfig, SubtaskOptions, SubtaskPlan, TaskError, TaskOutcome};
+
+const V: ClientView = ClientView::PAUSE_AWARE;
+
+fn obj(v: serde_json::Value) -> JsonObject {
+    JsonObject::from_value(v).unwrap()
+}
+
+fn text(s: &str) -> JsonObject {
+    obj(serde_json::json!({"content": [{"type": "text", "text": s}], "isError": false}))
+}
+
+fn result_text(t: &subtask::model::DetailedTask) -> String {
+    match t.payload() {
+        TaskPayload::Completed { result } => result["content"][0]["text"].as_str().unwrap_or("").to_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Polls until `f` holds, letting paused time advance in small steps.
+async fn until(mut f: impl FnMut() -> bool) {
+    for _ in 0..10_000 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("condition not reached");
+}
+
+fn status(rt: &Runtime, id: TaskId) -> TaskStatus {
+    rt.get(id, V).unwrap().status()
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_reaches_grandchildren_first() {
+    let rt = Runtime::new(RuntimeConfig::default());
+    let order: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let ids: Arc<Mutex<Vec<TaskId>>> = Arc::default();
+    let (o, i) = (order.clone(), ids.clone());
+    let root = rt.spawn(RootOptions::default(), move |ctx| async move {
+        let (o2, i2) = (o.clone(), i.clone());
+        let child = ctx.spawn_subtask(SubtaskOptions::default(), move |ctx| async move {
+            let o3 = o2.clone();
+            let g = ctx.spawn_subtask(SubtaskOptions::default(), move |ctx| async move {
+                ctx.cancelled().await;
+                o3.lock().push("grandchild");
+                Err(TaskError::Interrupted.into())
+            })?;
+            i2.lock().push(g.id());
+            ctx.cancelled().await;
+            o2.lock().push("child");
+            Err(TaskError::Interrupted.into())
+        })?;
+        i.lock().push(child.id());
+        ctx.cancelled().await;
+        o.lock().push("root");
+        Err(TaskError::Interrupted.into())
+    });
+    until(|| ids.lock().len() == 2).await;
+    let v = ids.lock().clone();
+    let (child, grandchild) = (v[0], v[1]);
+    let mut events = rt.subscribe(&[root, child, grandchild], V);
+    rt.cancel(root).unwrap();
+    let mut terminal_order = Vec::new();
+    while let Some(t) = events.next().await {
+        if t.status().is_terminal() {
+            terminal_order.push(t.task().task_id);
+        }
+    }
+    assert_eq!(terminal_order, vec![grandchild, child, root]);
+    for id in [root, child, grandchild] {
+        assert_eq!(status(&rt, id), TaskStatus::Cancelled);
+    }
+    assert_eq!(order.lock().len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn parent_that_returns_early_waits_for_its_children() {
+    let rt = Runtime::new(RuntimeConfig::default());
+    let child_id: Arc<Mutex<Option<TaskId>>> = Arc::default();
+    let c = child_id.clone();
+    let root = rt.spawn(RootOptions::default(), move |ctx| async move {
+        let h = ctx.spawn_subtask(SubtaskOptions::default(), |_| async {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            Ok(text("child"))
+        })?;
+        *c.lock() = Some(h.id());
+        Ok(text("root"))
+    });
+    until(|| child_id.lock().is_some()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let snap = rt.get(root, V).unwrap();
+    assert_eq!(snap.status(), TaskStatus::Working);
+    assert!(snap.task().status_message.as_deref().unwrap().contains("waiting for 1 of 1"));
+    let done = rt.wait(root, V).await.unwrap();
+    assert_eq!(done.status(), TaskStatus::Completed);
+    assert_eq!(result_text(&done), "root");
+    assert_eq!(status(&rt, child_id.lock().unwrap()), TaskStatus::Completed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn steer_arrives_in_order_at_checkpoints_and_is_rejected_after_the_end() {
+    let rt = Runtime::new(RuntimeConfig::default());
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let g = gate.clone();
+    let root = rt.spawn(RootOptions::default(), move |ctx| async move {
+        g.notified().await;
+        let steers = ctx.checkpoint().await?;
+        let more = ctx.checkpoint().await?;
+        assert!(more.is_empty(), "each steer is delivered once");
+        Ok(text(&steers.join(",")))
+    });
+    tokio::task::yield_now().await;
+    for m in ["one", "two", "three"] {
+        rt.steer(root, m).unwrap();
+    }
+    gate.notify_one();
+    let done = rt.wait(root, V).await.unwrap();
+    assert_eq!(result_text(&done), "one,two,three");
+    let err = rt.steer(root, "late").unwrap_err();
+    assert_eq!(err.error_code(), ErrorCode::INVALID_PARAMS);
+}
+
+#[tokio::test(start_paused = true)]
+async fn pause_of_parent_parks_the_subtree_and_resume_restores_input_required() {
+    let rt = Runtime::new(RuntimeConfig::default());
+    let ids: Arc<Mutex<Vec<TaskId>>> = Arc::default();
+    let i = ids.clone();
+    let root = rt.spawn(RootOptions::default(), move |ctx| async move {
+        let asker = ctx.spawn_subtask(SubtaskOptions::default(), |ctx| async move {
+            let answer = ctx.request_input("confirm", obj(serde_json::json!({"method": "elicitation/create"}))).await?;
+            Ok(text(answer["action"].as_str().unwrap_or("?")))
+        })?;
+        let worker = ctx.spawn_subtask(SubtaskOptions::default(), |ctx| async move {
+            let mut steps = 0;
+            loop {
+                ctx.checkpoint().await?;
+                steps += 1;
+                if steps == 50 {
+                    return Ok(text(&steps.to_string()));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })?;
+        i.lock().extend([asker.id(), worker.id()]);
+        let a = asker.await;
+        let w = worker.await;
+        Ok(text(&format!("{} {}", matches!(a, TaskOutcome::Completed(_)), matches!(w, TaskOutcome::Completed(_)))))
+    });
+    until(|| ids.lock().len() == 2).await;
+    let v = ids.lock().clone();
+    let (asker, worker) = (v[0], v[1]);
+    until(|| status(&rt, asker) == TaskStatus::InputRequired).await;
+    let paused = rt.pause(root, V).unwrap();
+    // The root is awaiting its children: parked, so paused at once.
+    assert_eq!(paused.status(), TaskStatus::Paused);
+    assert_eq!(status(&rt, asker), TaskStatus::Paused);
+    until(|| status(&rt, worker) == TaskStatus::Paused).await;
+    // Paused work does not advance; TTL-free tasks just wait.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(status(&rt, worker), TaskStatus::Paused);
+    // tasks/update is refused while paused; nothing is lost.
+    let mut answer = InputResponses::new();
+    answer.insert("confirm".into(), obj(serde_json::json!({"action": "accept"})));
+    assert!(rt.update(asker, answer.clone()).is_err());
+    let resumed = rt.resume(root, V).unwrap();
+    assert_eq!(resumed.status(), TaskStatus::Working);
+    let asker_snap = rt.get(asker, V).unwrap();
+    assert_eq!(asker_snap.status(), TaskStatus::InputRequired);
+    match asker_snap.payload() {
+        TaskPayload::InputRequired { input_requests } => assert!(input_requests.contains_key("confirm")),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(rt.update(asker, answer).unwrap(), vec!["confirm".to_owned()]);
+    let done = rt.wait(root, V).await.unwrap();
+    assert_eq!(result_text(&done), "true true");
+    assert_eq!(result_text(&rt.get(asker, V).unwrap()), "accept");
+}
+
+#[tokio::test(start_paused = true)]
+async fn child_ttl_is_clamped_and_the_tree_is_deleted_whole() {
+    let mut config = RuntimeConfig::default();
+    config.forest.deletion_grace_ms = 1_000;
+    let rt = Runtime::new(config);
+    let ids: Arc<Mutex<Vec<TaskId>>> = Arc::default();
+    let i = ids.clone();
+    let root = rt.spawn(RootOptions { ttl_ms: Some(5_000), poll_interval_ms: None }, move |ctx| async move {
+        let long = ctx.spawn_subtask(SubtaskOptions::default().ttl_ms(60_000), |ctx| async move {
+            ctx.cancelled().await;
+            Err(TaskError::Interrupted.into())
+        })?;
+        let short = ctx.spawn_subtask(SubtaskOptions::default().ttl_ms(1_000), |ctx| async move {
+            ctx.cancelled().await;
+            Err(TaskError::Interrupted.into())
+        })?;
+        i.lock().extend([long.id(), short.id()]);
+        let _ = short.await;
+        ctx.cancelled().await;
+        Err(TaskError::Interrupted.into())
+    });
+    until(|| ids.lock().len() == 2).await;
+    let v = ids.lock().clone();
+    let (long, short) = (v[0], v[1]);
+    assert_eq!(rt.get(long, V).unwrap().task().ttl_ms, Some(5_000));
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // The short child expired (failed) early but stays retrievable.
+    assert_eq!(status(&rt, short), TaskStatus::Failed);
+    assert_eq!(status(&rt, root), TaskStatus::Working);
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    assert_eq!(status(&rt, root), TaskStatus::Failed);
+    assert_eq!(status(&rt, long), TaskStatus::Failed);
+    assert_eq!(rt.task_count(), 3);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    for id in [root, long, short] {
+        assert!(rt.get(id, V).is_none());
+    }
+    assert_eq!(rt.task_count(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_handler_fails_only_its_own_task() {
+    let rt = Runtime::new(RuntimeConfig::default());
+    let root = rt.spawn(RootOptions::default(), |ctx| async move {
+        let bad = ctx.spawn_subtask(SubtaskOptions::default(), |_| async {
+            if true {
+                panic!("kaboom");
+            }
+            Ok(JsonObject::new())
+        })?;
+        let good = ctx.spawn_subtask(SubtaskOptions::default(), |_| async { Ok(text("fine")) })?;
+        let b = bad.await;
+        let g = good.await;
+        match (b, g) {
+            (TaskOutcome::Failed(e), TaskOutcome::Completed(_)) => Ok(text(&e.message)),
+            other => Err(ErrorObject::new(ErrorCode::INTERNAL_ERROR, format!("{other:?}"))),
+        }
+    });
+    let done = rt.wait(root, V).await.unwrap();
+    assert_eq!(done.status(), TaskStatus::Completed);
+    assert!(result_text(&done).contains("handler panicked: kaboom"));
+    // The runtime keeps running.
+    let again = rt.spawn(RootOptions::default(), |_| async { Ok(text("still here")) });
+    assert_eq!(result_text(&rt.wait(again, V).await.unwrap()), "still here");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fail_fast_child_cancels_its_siblings_and_fails_the_parent() {
+    let rt = Runtime::new(RuntimeConfig::default());
+    let sib: Arc<Mutex<Option<TaskId>>> = Arc::default();
+    let s = sib.clone();
+    let root = rt.spawn(RootOptions::default(), move |ctx| async move {
+        let slow = ctx.spawn_subtask(SubtaskOptions::default(), |ctx| async move {
+            ctx.cancelled().await;
+            Err(TaskError::Interrupted.into())
+        })?;
+        *s.lock() = Some(slow.id());
+        let _failing = ctx.spawn_subtask(SubtaskOptions::default().fail_fast(), |_| async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Err(ErrorObject::new(ErrorCode::INTERNAL_ERROR, "source unreachable"))
+        })?;
+        ctx.cancelled().await;
+        Err(TaskError::Interrupted.into())
+    });
+    let done = rt.wait(root, V).await.unwrap();
+    assert_eq!(done.status(), TaskStatus::Failed);
+    match done.payload() {
+        TaskPayload::Failed { error } => assert!(error.message.contains("source unreachable"), "{}", error.message),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(status(&rt, sib.lock().unwrap()), TaskStatus::Cancelled);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_that_ignores_cancel_is_aborted_after_the_grace_period() {
+    let config = RuntimeConfig { cancel_grace: Duration::from_secs(2), ..Default::default() };
+    let rt = Runtime::new(config);
+    let root = rt.spawn(RootOptions::default(), |_| async {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        Ok(text("too late"))
+    });
+    tokio::task::yield_now().await;
+    rt.cancel(root).unwrap();
+    tokio::time::sleep(Duration::from_millis(1_900)).await;
+    assert_eq!(status(&rt, root), TaskStatus::Working);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(status(&rt, root), TaskStatus::Cancelled);
+    assert_eq!(rt.running_handlers(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn results_stream_in_post_order_as_soon_as_the_order_allows() {
+    let rt = Runtime::new(RuntimeConfig::default());
+    // Children finish in reverse order; results must still come in order.
+    let root = rt.spawn(RootOptions::default(), |ctx| async move {
+        for i in 0..5u64 {
+            ctx.spawn_subtask(SubtaskOptions::default(), move |ctx| async move {
+                let inner = ctx.spawn_subtask(SubtaskOptions::default(), move |_| async move {
+                    tokio::time::sleep(Duration::from_millis(100 * (5 - i))).await;
+                    Ok(text(&format!("leaf{i}")))
+                })?;
+                let _ = inner.await;
+                Ok(text(&format!("child{i}")))
+            })?;
+        }
+        Ok(text("root"))
+    });
+    let got: Vec<String> = rt.results(root, V).map(|t| result_text(&t)).collect().await;
+    let want: Vec<String> = (0..5)
+        .flat_map(|i| [format!("leaf{i}"), format!("child{i}")])
+        .chain(["root".to_owned()])
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_dependencies_start_in_order_and_see_outcomes() {
+    let rt = Runtime::new(RuntimeConfig::default());
+    let root = rt.spawn(RootOptions::default(), |ctx| async move {
+        let mut plan = SubtaskPlan::new();
+        plan.step("search", &[], SubtaskOptions::default(), |_| async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok(text("found"))
+        });
+        plan.step("read", &["search"], SubtaskOptions::default(), |ctx| async move {
+            let dep = &ctx.dependencies()[0];
+            Ok(text(&format!("read {}", dep.outcome.result().unwrap()["content"][0]["text"])))
+        });
+        let handles = plan.spawn(&ctx)?;
+        let read = handles["read"].clone().await;
+        Ok(read.result().cloned().unwrap_or_default())
+    });
+    let done = rt.wait(root, V).await.unwrap();
+    assert_eq!(result_text(&done), "read \"found\"");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_plan_with_a_cycle_is_rejected_before_anything_starts() {
+    let rt = Runtime::new(RuntimeConfig::default());
+    let root = rt.spawn(RootOptions::default(), |ctx| async move {
+        let mut plan = SubtaskPlan::new();
+        plan.step("a", &["b"], SubtaskOptions::default(), |_| async { Ok(JsonObject::new()) });
+        plan.step("b", &["a"], SubtaskOptions::default(), |_| async { Ok(JsonObject::new()) });
+        match plan.spawn(&ctx) {
+            Err(e) => Ok(text(&e.to_string())),
+            Ok(_) => Ok(text("accepted")),
+        }
+    });
+    let done = rt.wait(root, V).await.unwrap();
+    assert!(result_text(&done).contains("dependency cycle"), "{}", result_text(&done));
+    assert!(done.task().child_task_ids.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_scheduler_limits_running_handlers_and_is_fair_across_trees() {
+    let config = RuntimeConfig { max_running: 4, max_running_per_tree: 2, ..Default::default() };
+    let rt = Runtime::new(config);
+    let peak = Arc::new(Mutex::new((0usize, 0usize)));
+    let p = peak.clone();
+    // A huge fan-out.
+    let big = rt.spawn(RootOptions::default(), move |ctx| async move {
+        let mut hs = Vec::new();
+        for _ in 0..200 {
+            let p = p.clone();
+            hs.push(ctx.spawn_subtask(SubtaskOptions::default(), move |_| async move {
+                {
+                    let mut g = p.lock();
+                    g.0 += 1;
+                    g.1 = g.1.max(g.0);
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                p.lock().0 -= 1;
+                Ok(JsonObject::new())
+            })?);
+        }
+        for h in hs {
+            let _ = h.await;
+        }
+        Ok(text("big"))
+    });
+    tokio::time::sleep(Duration::from_millis(25)).await;
+    // A small caller arriving later is not starved behind the fan-out.
+    let small = rt.spawn(RootOptions::default(), |_| async { Ok(text("small")) });
+    let small_done = rt.wait(small, V).await.unwrap();
+    assert_eq!(small_done.status(), TaskStatus::Completed);
+    assert_ne!(status(&rt, big), TaskStatus::Completed, "the small tree finished before the fan-out");
+    let queued = rt.get(big, V).unwrap();
+    assert!(!queued.task().child_task_ids.is_empty());
+    rt.wait(big, V).await.unwrap();
+    // Within the big tree at most 2 ran at once (the per-tree limit; its root is parked).
+    assert!(peak.lock().1 <= 2, "peak {}", peak.lock().1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn queued_subtasks_say_what_they_wait_for() {
+    let config = RuntimeConfig { max_running: 2, max_running_per_tree: 1, ..Default::default() };
+    let rt = Runtime::new(config);
+    let ids: Arc<Mutex<Vec<TaskId>>> = Arc::default();
+    let i = ids.clone();
+    let root = rt.spawn(RootOptions::default(), move |ctx| async move {
+        let a = ctx.spawn_subtask(SubtaskOptions::default(), |_| async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok(JsonObject::new())
+        })?;
+        let b = ctx.spawn_subtask(SubtaskOptions::default().after(&[&a]), |_| async { Ok(JsonObject::new()) })?;
+        i.lock().extend([a.id(), b.id()]);
+        let _ = b.await;
+        Ok(JsonObject::new())
+    });
+    until(|| ids.lock().len() == 2).await;
+    let b = ids.lock()[1];
+    let msg = rt.get(b, V).unwrap().task().status_message.clone().unwrap();
+    assert!(msg.contains("waiting for 1 dependencies"), "{msg}");
+    rt.wait(root, V).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn base_clients_never_see_paused() {
+    let rt = Runtime::new(RuntimeConfig::default());
+    let root = rt.spawn(RootOptions::default(), |ctx| async move {
+        ctx.pause_self("holding the browser for follow-up").await?;
+        Ok(text("resumed"))
+    });
+    until(|| status(&rt, root) == TaskStatus::Paused).await;
+    let base = rt.get(root, ClientView::BASE).unwrap();
+    assert_eq!(base.status(), TaskStatus::Working);
+    assert!(base.task().status_message.as_deref().unwrap().contains("holding the browser"));
+    rt.resume(root, V).unwrap();
+    assert_eq!(result_text(&rt.wait(root, V).await.unwrap()), "resumed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_ids_are_rejected_without_side_effects() {
+    let rt = Runtime::new(RuntimeConfig::default());
+    let unknown = TaskId::random();
+    assert!(rt.get(unknown, V).is_none());
+    for e in [
+        rt.cancel(unknown).map(|_| ()).unwrap_err(),
+        rt.steer(unknown, "x").unwrap_err(),
+        rt.pause(unknown, V).map(|_| ()).unwrap_err(),
+        rt.resume(unknown, V).map(|_| ()).unwrap_err(),
+        rt.update(unknown, InputResponses::new()).map(|_| ()).unwrap_err(),
+    ] {
+        assert_eq!(e.error_code(), ErrorCode::INVALID_PARAMS);
+        assert_eq!(e.to_string(), "task not found");
+    }
+    assert!(rt.wait(unknown, V).await.is_none());
+}
