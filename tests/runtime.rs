@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use parking_lot::Mutex;
-use subtask::core::{ClientView, RootOptions};
+use subtask::core::{CancelOutcome, ClientView, RootOptions};
 use subtask::model::{ErrorCode, ErrorObject, InputResponses, JsonObject, TaskId, TaskPayload, TaskStatus};
 use subtask::runtime::{Runtime, RuntimeConfig, SubtaskOptions, SubtaskPlan, TaskError, TaskOutcome};
 
@@ -71,7 +71,7 @@ async fn cancel_reaches_grandchildren_first() {
     let v = ids.lock().clone();
     let (child, grandchild) = (v[0], v[1]);
     let mut events = rt.subscribe(&[root, child, grandchild], V);
-    rt.cancel(root).unwrap();
+    assert_eq!(rt.cancel(root).unwrap(), CancelOutcome::Accepted);
     let mut terminal_order = Vec::new();
     while let Some(t) = events.next().await {
         if t.status().is_terminal() {
@@ -102,7 +102,13 @@ async fn parent_that_returns_early_waits_for_its_children() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let snap = rt.get(root, V).unwrap();
     assert_eq!(snap.status(), TaskStatus::Working);
-    assert!(snap.task().status_message.as_deref().unwrap().contains("waiting for 1 of 1"));
+    assert!(
+        snap.task()
+            .status_message
+            .as_deref()
+            .unwrap()
+            .contains("waiting for 1 of 1")
+    );
     let done = rt.wait(root, V).await.unwrap();
     assert_eq!(done.status(), TaskStatus::Completed);
     assert_eq!(result_text(&done), "root");
@@ -139,7 +145,12 @@ async fn pause_of_parent_parks_the_subtree_and_resume_restores_input_required() 
     let i = ids.clone();
     let root = rt.spawn(RootOptions::default(), move |ctx| async move {
         let asker = ctx.spawn_subtask(SubtaskOptions::default(), |ctx| async move {
-            let answer = ctx.request_input("confirm", obj(serde_json::json!({"method": "elicitation/create"}))).await?;
+            let answer = ctx
+                .request_input(
+                    "confirm",
+                    obj(serde_json::json!({"method": "elicitation/create"})),
+                )
+                .await?;
             Ok(text(answer["action"].as_str().unwrap_or("?")))
         })?;
         let worker = ctx.spawn_subtask(SubtaskOptions::default(), |ctx| async move {
@@ -156,7 +167,11 @@ async fn pause_of_parent_parks_the_subtree_and_resume_restores_input_required() 
         i.lock().extend([asker.id(), worker.id()]);
         let a = asker.await;
         let w = worker.await;
-        Ok(text(&format!("{} {}", matches!(a, TaskOutcome::Completed(_)), matches!(w, TaskOutcome::Completed(_)))))
+        Ok(text(&format!(
+            "{} {}",
+            matches!(a, TaskOutcome::Completed(_)),
+            matches!(w, TaskOutcome::Completed(_))
+        )))
     });
     until(|| ids.lock().len() == 2).await;
     let v = ids.lock().clone();
@@ -195,20 +210,26 @@ async fn child_ttl_is_clamped_and_the_tree_is_deleted_whole() {
     let rt = Runtime::new(config);
     let ids: Arc<Mutex<Vec<TaskId>>> = Arc::default();
     let i = ids.clone();
-    let root = rt.spawn(RootOptions { ttl_ms: Some(5_000), poll_interval_ms: None }, move |ctx| async move {
-        let long = ctx.spawn_subtask(SubtaskOptions::default().ttl_ms(60_000), |ctx| async move {
+    let root = rt.spawn(
+        RootOptions {
+            ttl_ms: Some(5_000),
+            poll_interval_ms: None,
+        },
+        move |ctx| async move {
+            let long = ctx.spawn_subtask(SubtaskOptions::default().ttl_ms(60_000), |ctx| async move {
+                ctx.cancelled().await;
+                Err(TaskError::Interrupted.into())
+            })?;
+            let short = ctx.spawn_subtask(SubtaskOptions::default().ttl_ms(1_000), |ctx| async move {
+                ctx.cancelled().await;
+                Err(TaskError::Interrupted.into())
+            })?;
+            i.lock().extend([long.id(), short.id()]);
+            let _ = short.await;
             ctx.cancelled().await;
             Err(TaskError::Interrupted.into())
-        })?;
-        let short = ctx.spawn_subtask(SubtaskOptions::default().ttl_ms(1_000), |ctx| async move {
-            ctx.cancelled().await;
-            Err(TaskError::Interrupted.into())
-        })?;
-        i.lock().extend([long.id(), short.id()]);
-        let _ = short.await;
-        ctx.cancelled().await;
-        Err(TaskError::Interrupted.into())
-    });
+        },
+    );
     until(|| ids.lock().len() == 2).await;
     let v = ids.lock().clone();
     let (long, short) = (v[0], v[1]);
@@ -275,7 +296,9 @@ async fn a_fail_fast_child_cancels_its_siblings_and_fails_the_parent() {
     let done = rt.wait(root, V).await.unwrap();
     assert_eq!(done.status(), TaskStatus::Failed);
     match done.payload() {
-        TaskPayload::Failed { error } => assert!(error.message.contains("source unreachable"), "{}", error.message),
+        TaskPayload::Failed { error } => {
+            assert!(error.message.contains("source unreachable"), "{}", error.message)
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(status(&rt, sib.lock().unwrap()), TaskStatus::Cancelled);
@@ -283,14 +306,17 @@ async fn a_fail_fast_child_cancels_its_siblings_and_fails_the_parent() {
 
 #[tokio::test(start_paused = true)]
 async fn a_handler_that_ignores_cancel_is_aborted_after_the_grace_period() {
-    let config = RuntimeConfig { cancel_grace: Duration::from_secs(2), ..Default::default() };
+    let config = RuntimeConfig {
+        cancel_grace: Duration::from_secs(2),
+        ..Default::default()
+    };
     let rt = Runtime::new(config);
     let root = rt.spawn(RootOptions::default(), |_| async {
         tokio::time::sleep(Duration::from_secs(3600)).await;
         Ok(text("too late"))
     });
     tokio::task::yield_now().await;
-    rt.cancel(root).unwrap();
+    assert_eq!(rt.cancel(root).unwrap(), CancelOutcome::Accepted);
     tokio::time::sleep(Duration::from_millis(1_900)).await;
     assert_eq!(status(&rt, root), TaskStatus::Working);
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -334,7 +360,10 @@ async fn after_dependencies_start_in_order_and_see_outcomes() {
         });
         plan.step("read", &["search"], SubtaskOptions::default(), |ctx| async move {
             let dep = &ctx.dependencies()[0];
-            Ok(text(&format!("read {}", dep.outcome.result().unwrap()["content"][0]["text"])))
+            Ok(text(&format!(
+                "read {}",
+                dep.outcome.result().unwrap()["content"][0]["text"]
+            )))
         });
         let handles = plan.spawn(&ctx)?;
         let read = handles["read"].clone().await;
@@ -349,21 +378,33 @@ async fn a_plan_with_a_cycle_is_rejected_before_anything_starts() {
     let rt = Runtime::new(RuntimeConfig::default());
     let root = rt.spawn(RootOptions::default(), |ctx| async move {
         let mut plan = SubtaskPlan::new();
-        plan.step("a", &["b"], SubtaskOptions::default(), |_| async { Ok(JsonObject::new()) });
-        plan.step("b", &["a"], SubtaskOptions::default(), |_| async { Ok(JsonObject::new()) });
+        plan.step("a", &["b"], SubtaskOptions::default(), |_| async {
+            Ok(JsonObject::new())
+        });
+        plan.step("b", &["a"], SubtaskOptions::default(), |_| async {
+            Ok(JsonObject::new())
+        });
         match plan.spawn(&ctx) {
             Err(e) => Ok(text(&e.to_string())),
             Ok(_) => Ok(text("accepted")),
         }
     });
     let done = rt.wait(root, V).await.unwrap();
-    assert!(result_text(&done).contains("dependency cycle"), "{}", result_text(&done));
+    assert!(
+        result_text(&done).contains("dependency cycle"),
+        "{}",
+        result_text(&done)
+    );
     assert!(done.task().child_task_ids.is_empty());
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_scheduler_limits_running_handlers_and_is_fair_across_trees() {
-    let config = RuntimeConfig { max_running: 4, max_running_per_tree: 2, ..Default::default() };
+    let config = RuntimeConfig {
+        max_running: 4,
+        max_running_per_tree: 2,
+        ..Default::default()
+    };
     let rt = Runtime::new(config);
     let peak = Arc::new(Mutex::new((0usize, 0usize)));
     let p = peak.clone();
@@ -393,7 +434,11 @@ async fn the_scheduler_limits_running_handlers_and_is_fair_across_trees() {
     let small = rt.spawn(RootOptions::default(), |_| async { Ok(text("small")) });
     let small_done = rt.wait(small, V).await.unwrap();
     assert_eq!(small_done.status(), TaskStatus::Completed);
-    assert_ne!(status(&rt, big), TaskStatus::Completed, "the small tree finished before the fan-out");
+    assert_ne!(
+        status(&rt, big),
+        TaskStatus::Completed,
+        "the small tree finished before the fan-out"
+    );
     let queued = rt.get(big, V).unwrap();
     assert!(!queued.task().child_task_ids.is_empty());
     rt.wait(big, V).await.unwrap();
@@ -403,7 +448,11 @@ async fn the_scheduler_limits_running_handlers_and_is_fair_across_trees() {
 
 #[tokio::test(start_paused = true)]
 async fn queued_subtasks_say_what_they_wait_for() {
-    let config = RuntimeConfig { max_running: 2, max_running_per_tree: 1, ..Default::default() };
+    let config = RuntimeConfig {
+        max_running: 2,
+        max_running_per_tree: 1,
+        ..Default::default()
+    };
     let rt = Runtime::new(config);
     let ids: Arc<Mutex<Vec<TaskId>>> = Arc::default();
     let i = ids.clone();
@@ -412,7 +461,9 @@ async fn queued_subtasks_say_what_they_wait_for() {
             tokio::time::sleep(Duration::from_secs(1)).await;
             Ok(JsonObject::new())
         })?;
-        let b = ctx.spawn_subtask(SubtaskOptions::default().after(&[&a]), |_| async { Ok(JsonObject::new()) })?;
+        let b = ctx.spawn_subtask(SubtaskOptions::default().after(&[&a]), |_| async {
+            Ok(JsonObject::new())
+        })?;
         i.lock().extend([a.id(), b.id()]);
         let _ = b.await;
         Ok(JsonObject::new())
@@ -434,7 +485,13 @@ async fn base_clients_never_see_paused() {
     until(|| status(&rt, root) == TaskStatus::Paused).await;
     let base = rt.get(root, ClientView::BASE).unwrap();
     assert_eq!(base.status(), TaskStatus::Working);
-    assert!(base.task().status_message.as_deref().unwrap().contains("holding the browser"));
+    assert!(
+        base.task()
+            .status_message
+            .as_deref()
+            .unwrap()
+            .contains("holding the browser")
+    );
     rt.resume(root, V).unwrap();
     assert_eq!(result_text(&rt.wait(root, V).await.unwrap()), "resumed");
 }

@@ -15,7 +15,12 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_depth: 16, max_children: 10_000, max_steer_queue: 256, max_steer_bytes: 16 * 1024 }
+        Limits {
+            max_depth: 16,
+            max_children: 10_000,
+            max_steer_queue: 256,
+            max_steer_bytes: 16 * 1024,
+        }
     }
 }
 
@@ -31,6 +36,9 @@ pub struct ForestConfig {
 
 impl Default for ForestConfig {
     fn default() -> Self {
-        ForestConfig { limits: Limits::default(), deletion_grace_ms: 60_000 }
+        ForestConfig {
+            limits: Limits::default(),
+            deletion_grace_ms: 60_000,
+        }
     }
 }

@@ -237,14 +237,18 @@ impl Forest {
         let rec = self.tasks.get(&id)?;
         let status = rec.status();
         let payload = match &rec.phase {
-            Phase::Terminal(Terminal::Completed { result }) => TaskPayload::Completed { result: result.clone() },
-            Phase::Terminal(Terminal::Failed { error }) => TaskPayload::Failed { error: (**error).clone() },
+            Phase::Terminal(Terminal::Completed { result }) => TaskPayload::Completed {
+                result: result.clone(),
+            },
+            Phase::Terminal(Terminal::Failed { error }) => TaskPayload::Failed {
+                error: (**error).clone(),
+            },
             Phase::Terminal(Terminal::Cancelled { .. }) => TaskPayload::Cancelled,
             Phase::Active(_) => match status {
                 TaskStatus::Paused if view.show_paused => TaskPayload::Paused,
-                TaskStatus::InputRequired => {
-                    TaskPayload::InputRequired { input_requests: rec.outstanding_inputs().clone() }
-                }
+                TaskStatus::InputRequired => TaskPayload::InputRequired {
+                    input_requests: rec.outstanding_inputs().clone(),
+                },
                 _ => TaskPayload::Working,
             },
         };
@@ -328,7 +332,11 @@ impl Forest {
         for (id, from) in std::mem::take(&mut self.touched) {
             if let Some(rec) = self.tasks.get_mut(&id) {
                 rec.last_updated_at = now;
-                self.effects.push_back(Effect::Changed { id, from, to: rec.status() });
+                self.effects.push_back(Effect::Changed {
+                    id,
+                    from,
+                    to: rec.status(),
+                });
                 self.effects.push_back(Effect::Persist { id });
             }
         }
@@ -342,7 +350,10 @@ impl Forest {
     /// If the task does not exist: callers validate first.
     pub(crate) fn rec_mut(&mut self, id: TaskId) -> &mut TaskRecord {
         let epoch = self.epoch;
-        let rec = self.tasks.get_mut(&id).expect("command validated that the task exists");
+        let rec = self
+            .tasks
+            .get_mut(&id)
+            .expect("command validated that the task exists");
         if rec.touch_epoch != epoch {
             rec.touch_epoch = epoch;
             self.touched.push((id, rec.status()));
@@ -355,14 +366,20 @@ impl Forest {
     }
 
     pub(crate) fn get(&self, id: TaskId) -> Result<&TaskRecord, TransitionError> {
-        self.tasks.get(&id).map(|r| &**r).ok_or(TransitionError::UnknownTask(id))
+        self.tasks
+            .get(&id)
+            .map(|r| &**r)
+            .ok_or(TransitionError::UnknownTask(id))
     }
 
     pub(crate) fn get_active(&self, id: TaskId) -> Result<(&TaskRecord, &Active), TransitionError> {
         let rec = self.get(id)?;
         match &rec.phase {
             Phase::Active(a) => Ok((rec, &**a)),
-            Phase::Terminal(t) => Err(TransitionError::Terminal { id, status: t.status() }),
+            Phase::Terminal(t) => Err(TransitionError::Terminal {
+                id,
+                status: t.status(),
+            }),
         }
     }
 
@@ -440,7 +457,12 @@ impl Forest {
             fail_fast,
             steers: VecDeque::new(),
             inputs: None,
-            phase: Phase::Active(Box::new(Active { handler: HandlerState::Queued, pause, ending: None, waits: 0 })),
+            phase: Phase::Active(Box::new(Active {
+                handler: HandlerState::Queued,
+                pause,
+                ending: None,
+                waits: 0,
+            })),
             touch_epoch: 0,
             expiry_timer: None,
             delete_timer: None,
@@ -456,7 +478,15 @@ impl Forest {
     pub fn create_root(&mut self, now: Timestamp, opts: RootOptions) -> Result<TaskId, TransitionError> {
         self.begin(now);
         let id = self.fresh_id();
-        let rec = Self::new_record(id, None, self.now, opts.ttl_ms, opts.poll_interval_ms, false, PauseState::Unpaused);
+        let rec = Self::new_record(
+            id,
+            None,
+            self.now,
+            opts.ttl_ms,
+            opts.poll_interval_ms,
+            false,
+            PauseState::Unpaused,
+        );
         self.tasks.insert(id, Box::new(rec));
         self.emit(Effect::Created { id, parent: None });
         self.rec_mut(id);
@@ -493,21 +523,30 @@ impl Forest {
         }
         let limits = self.config.limits;
         if prec.depth + 1 > limits.max_depth {
-            return Err(TransitionError::LimitExceeded { id: parent, limit: Limit::Depth { max: limits.max_depth } });
+            return Err(TransitionError::LimitExceeded {
+                id: parent,
+                limit: Limit::Depth {
+                    max: limits.max_depth,
+                },
+            });
         }
         if prec.children.len() >= limits.max_children as usize {
             return Err(TransitionError::LimitExceeded {
                 id: parent,
-                limit: Limit::Children { max: limits.max_children },
+                limit: Limit::Children {
+                    max: limits.max_children,
+                },
             });
         }
         self.begin(now);
         let now = self.now;
         let prec = &self.tasks[&parent];
         let pause = match prec.active().map(|a| &a.pause) {
-            Some(PauseState::Pending { via } | PauseState::Paused { via, .. }) => {
-                PauseState::Paused { via: *via, prior: TaskStatus::Working, reason: None }
-            }
+            Some(PauseState::Pending { via } | PauseState::Paused { via, .. }) => PauseState::Paused {
+                via: *via,
+                prior: TaskStatus::Working,
+                reason: None,
+            },
             _ => PauseState::Unpaused,
         };
         // I8: never expire after the parent.
@@ -524,7 +563,10 @@ impl Forest {
         let p = self.rec_mut(parent);
         p.children.push(id);
         p.live_children += 1;
-        self.emit(Effect::Created { id, parent: Some(parent) });
+        self.emit(Effect::Created {
+            id,
+            parent: Some(parent),
+        });
         self.rec_mut(id);
         self.sync_expiry_timer(id);
         self.end();

@@ -38,10 +38,20 @@ impl Forest {
     ///
     /// The first violation found.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
-        let fail = |invariant, task, detail: String| Err(InvariantViolation { invariant, task, detail });
+        let fail = |invariant, task, detail: String| {
+            Err(InvariantViolation {
+                invariant,
+                task,
+                detail,
+            })
+        };
         for (&id, rec) in &self.tasks {
             if rec.id != id {
-                return fail("index", id, format!("record is stored under another id {}", rec.id));
+                return fail(
+                    "index",
+                    id,
+                    format!("record is stored under another id {}", rec.id),
+                );
             }
             // I1 / I3: the parent resolves, is not the task, and lists it.
             match rec.parent {
@@ -63,14 +73,22 @@ impl Forest {
                     if let Some(pexp) = prec.expires_at()
                         && rec.expires_at().is_none_or(|e| e > pexp)
                     {
-                        return fail("I8", id, format!("expires at {:?}, after its parent ({pexp:?})", rec.expires_at()));
+                        return fail(
+                            "I8",
+                            id,
+                            format!("expires at {:?}, after its parent ({pexp:?})", rec.expires_at()),
+                        );
                     }
                     // I6 (structural part): a cancelled/failing parent's live children wind down too.
                     if let (Some(pa), Some(a)) = (prec.active(), rec.active())
                         && matches!(pa.ending, Some(Ending::Cancelling { .. }))
                         && a.ending.is_none()
                     {
-                        return fail("I6", id, format!("parent {p} is cancelling but this child has no cancel"));
+                        return fail(
+                            "I6",
+                            id,
+                            format!("parent {p} is cancelling but this child has no cancel"),
+                        );
                     }
                     // I5: no live child under a terminal parent (follows from I4 below).
                 }
@@ -106,7 +124,14 @@ impl Forest {
                 }
             }
             if live != rec.live_children {
-                return fail("count", id, format!("live_children is {} but {live} children are live", rec.live_children));
+                return fail(
+                    "count",
+                    id,
+                    format!(
+                        "live_children is {} but {live} children are live",
+                        rec.live_children
+                    ),
+                );
             }
             // I3: acyclic — walking up reaches a root within depth steps.
             let mut cur = rec.parent;
@@ -132,7 +157,11 @@ impl Forest {
                     }
                     // I10: nothing left to deliver after the end.
                     if !rec.steers.is_empty() || rec.has_outstanding_inputs() {
-                        return fail("I10", id, "terminal task still has queued steers or input requests".into());
+                        return fail(
+                            "I10",
+                            id,
+                            "terminal task still has queued steers or input requests".into(),
+                        );
                     }
                     if rec.expiry_timer.is_some() {
                         return fail("timers", id, "terminal task has an expiry timer".into());
@@ -142,11 +171,21 @@ impl Forest {
                     if a.handler == HandlerState::Queued && !rec.children.is_empty() {
                         return fail("handler", id, "a task that never started has children".into());
                     }
-                    if rec.has_outstanding_inputs() && (a.handler != HandlerState::Running || a.ending.is_some()) {
-                        return fail("I9", id, "input requests outstanding without a running handler".into());
+                    if rec.has_outstanding_inputs()
+                        && (a.handler != HandlerState::Running || a.ending.is_some())
+                    {
+                        return fail(
+                            "I9",
+                            id,
+                            "input requests outstanding without a running handler".into(),
+                        );
                     }
                     if a.ending.is_some() && (a.pause != PauseState::Unpaused || !rec.steers.is_empty()) {
-                        return fail("I6", id, "winding-down task is still paused or has steers queued".into());
+                        return fail(
+                            "I6",
+                            id,
+                            "winding-down task is still paused or has steers queued".into(),
+                        );
                     }
                     if matches!(a.handler, HandlerState::Exited(_)) && !rec.steers.is_empty() {
                         return fail("I10", id, "finished handler still has steers queued".into());
@@ -154,12 +193,22 @@ impl Forest {
                     match a.pause {
                         PauseState::Pending { via } | PauseState::Paused { via, .. } => {
                             if via != id && !self.is_ancestor(via, id) {
-                                return fail("pause", id, format!("paused via {via}, which is not an ancestor"));
+                                return fail(
+                                    "pause",
+                                    id,
+                                    format!("paused via {via}, which is not an ancestor"),
+                                );
                             }
                             if let PauseState::Pending { .. } = a.pause
-                                && (a.handler != HandlerState::Running || rec.has_outstanding_inputs() || a.waits > 0)
+                                && (a.handler != HandlerState::Running
+                                    || rec.has_outstanding_inputs()
+                                    || a.waits > 0)
                             {
-                                return fail("pause", id, "pause pending although the handler is parked".into());
+                                return fail(
+                                    "pause",
+                                    id,
+                                    "pause pending although the handler is parked".into(),
+                                );
                             }
                         }
                         PauseState::Unpaused => {}
@@ -177,7 +226,11 @@ impl Forest {
             if let Some(at) = rec.delete_timer
                 && !self.timers.iter().any(|e| e.0 == (at, Timer::Delete(id)))
             {
-                return fail("timers", id, "deletion timer not in the deadline structure".into());
+                return fail(
+                    "timers",
+                    id,
+                    "deletion timer not in the deadline structure".into(),
+                );
             }
         }
         // Stale entries are allowed (lazy deletion) but never at the head.
@@ -185,7 +238,11 @@ impl Forest {
             && !self.timer_is_live(at, timer)
         {
             let (Timer::Expire(id) | Timer::Delete(id)) = timer;
-            return fail("timers", id, format!("stale timer {timer:?} at {at:?} at the head"));
+            return fail(
+                "timers",
+                id,
+                format!("stale timer {timer:?} at {at:?} at the head"),
+            );
         }
         Ok(())
     }

@@ -143,7 +143,11 @@ impl Forest {
         if let Some(a) = rec.active_mut()
             && let PauseState::Pending { via } = a.pause
         {
-            a.pause = PauseState::Paused { via, prior: TaskStatus::InputRequired, reason: None };
+            a.pause = PauseState::Paused {
+                via,
+                prior: TaskStatus::InputRequired,
+                reason: None,
+            };
         }
         self.end();
         Ok(())
@@ -192,7 +196,9 @@ impl Forest {
     pub fn reach_safe_point(&mut self, now: Timestamp, id: TaskId) -> Result<SafePoint, TransitionError> {
         self.require_running(id)?;
         let rec = &self.tasks[&id];
-        let Some(a) = rec.active() else { unreachable!("require_running checked the task is active") };
+        let Some(a) = rec.active() else {
+            unreachable!("require_running checked the task is active")
+        };
         if a.ending.is_some() {
             return Ok(SafePoint::Stop);
         }
@@ -203,7 +209,11 @@ impl Forest {
                 let rec = self.rec_mut(id);
                 let prior = rec.unpaused_status();
                 if let Some(a) = rec.active_mut() {
-                    a.pause = PauseState::Paused { via, prior, reason: None };
+                    a.pause = PauseState::Paused {
+                        via,
+                        prior,
+                        reason: None,
+                    };
                 }
                 self.end();
                 Ok(SafePoint::Park)
@@ -236,7 +246,11 @@ impl Forest {
         if let Some(a) = rec.active_mut() {
             a.waits += 1;
             if let PauseState::Pending { via } = a.pause {
-                a.pause = PauseState::Paused { via, prior, reason: None };
+                a.pause = PauseState::Paused {
+                    via,
+                    prior,
+                    reason: None,
+                };
             }
         }
         self.end();
@@ -272,7 +286,9 @@ impl Forest {
     pub fn wait_point(&mut self, now: Timestamp, id: TaskId) -> Result<SafePoint, TransitionError> {
         self.require_running(id)?;
         let rec = &self.tasks[&id];
-        let Some(a) = rec.active() else { unreachable!("require_running checked the task is active") };
+        let Some(a) = rec.active() else {
+            unreachable!("require_running checked the task is active")
+        };
         if a.ending.is_some() {
             return Ok(SafePoint::Stop);
         }
@@ -283,7 +299,11 @@ impl Forest {
                 let rec = self.rec_mut(id);
                 let prior = rec.unpaused_status();
                 if let Some(a) = rec.active_mut() {
-                    a.pause = PauseState::Paused { via, prior, reason: None };
+                    a.pause = PauseState::Paused {
+                        via,
+                        prior,
+                        reason: None,
+                    };
                 }
                 self.end();
                 Ok(SafePoint::Park)
@@ -298,10 +318,17 @@ impl Forest {
     /// # Errors
     ///
     /// `AlreadyPaused`, `WindingDown`, `NotStarted`/`HandlerFinished`/`Terminal`.
-    pub fn pause_self(&mut self, now: Timestamp, id: TaskId, reason: Option<String>) -> Result<(), TransitionError> {
+    pub fn pause_self(
+        &mut self,
+        now: Timestamp,
+        id: TaskId,
+        reason: Option<String>,
+    ) -> Result<(), TransitionError> {
         self.require_running(id)?;
         let rec = &self.tasks[&id];
-        let Some(a) = rec.active() else { unreachable!("require_running checked the task is active") };
+        let Some(a) = rec.active() else {
+            unreachable!("require_running checked the task is active")
+        };
         if a.ending.is_some() {
             return Err(TransitionError::WindingDown(id));
         }
@@ -332,7 +359,12 @@ impl Forest {
     ///
     /// `NotStarted` (a queued handler cannot finish), `HandlerFinished`
     /// (twice), `Terminal`, `UnknownTask`.
-    pub fn finish(&mut self, now: Timestamp, id: TaskId, outcome: HandlerOutcome) -> Result<(), TransitionError> {
+    pub fn finish(
+        &mut self,
+        now: Timestamp,
+        id: TaskId,
+        outcome: HandlerOutcome,
+    ) -> Result<(), TransitionError> {
         self.require_running(id)?;
         self.begin(now);
         let rec = self.rec_mut(id);
@@ -351,7 +383,11 @@ impl Forest {
             a.handler = HandlerState::Exited(outcome);
             // A finished handler is parked for good: a pending pause takes effect.
             if let PauseState::Pending { via } = a.pause {
-                a.pause = PauseState::Paused { via, prior: TaskStatus::Working, reason: None };
+                a.pause = PauseState::Paused {
+                    via,
+                    prior: TaskStatus::Working,
+                    reason: None,
+                };
             }
             if let (None, Some(error)) = (&a.ending, error)
                 && live_children > 0
@@ -423,13 +459,17 @@ impl Forest {
         if message.len() > limits.max_steer_bytes as usize {
             return Err(TransitionError::LimitExceeded {
                 id,
-                limit: Limit::SteerBytes { max: limits.max_steer_bytes },
+                limit: Limit::SteerBytes {
+                    max: limits.max_steer_bytes,
+                },
             });
         }
         if rec.steers.len() >= limits.max_steer_queue as usize {
             return Err(TransitionError::LimitExceeded {
                 id,
-                limit: Limit::SteerQueue { max: limits.max_steer_queue },
+                limit: Limit::SteerQueue {
+                    max: limits.max_steer_queue,
+                },
             });
         }
         self.begin(now);
@@ -477,7 +517,11 @@ impl Forest {
         let prior = rec.unpaused_status();
         if let Some(a) = self.rec_mut(id).active_mut() {
             a.pause = if parked {
-                PauseState::Paused { via, prior, reason: None }
+                PauseState::Paused {
+                    via,
+                    prior,
+                    reason: None,
+                }
             } else {
                 PauseState::Pending { via }
             };
@@ -549,9 +593,15 @@ impl Forest {
             Some(_) => {}
         }
         self.begin(now);
-        self.wind_down(id, Ending::Cancelling { reason: "cancelled by request".to_owned() }, &|_| {
-            Ending::Cancelling { reason: format!("ancestor {id} was cancelled") }
-        });
+        self.wind_down(
+            id,
+            Ending::Cancelling {
+                reason: "cancelled by request".to_owned(),
+            },
+            &|_| Ending::Cancelling {
+                reason: format!("ancestor {id} was cancelled"),
+            },
+        );
         self.end();
         Ok(CancelOutcome::Accepted)
     }
@@ -562,7 +612,12 @@ impl Forest {
     /// # Errors
     ///
     /// `UnknownTask`.
-    pub fn set_ttl(&mut self, now: Timestamp, id: TaskId, ttl_ms: Option<u64>) -> Result<(), TransitionError> {
+    pub fn set_ttl(
+        &mut self,
+        now: Timestamp,
+        id: TaskId,
+        ttl_ms: Option<u64>,
+    ) -> Result<(), TransitionError> {
         self.get(id)?;
         self.begin(now);
         let rec = &self.tasks[&id];
@@ -611,20 +666,25 @@ impl Forest {
             }
             match timer {
                 Timer::Expire(id) => {
-                    let Some(rec) = self.tasks.get_mut(&id) else { continue };
+                    let Some(rec) = self.tasks.get_mut(&id) else {
+                        continue;
+                    };
                     rec.expiry_timer = None;
                     let ttl = rec.ttl_ms;
-                    let failing = matches!(rec.active(), Some(a) if matches!(a.ending, Some(Ending::Failing { .. })));
+                    let failing =
+                        matches!(rec.active(), Some(a) if matches!(a.ending, Some(Ending::Failing { .. })));
                     if rec.is_terminal() || failing {
                         continue;
                     }
                     let error = expired_error(ttl);
-                    self.wind_down(id, Ending::Failing { error: error.clone() }, &|_| Ending::Failing {
-                        error: error.clone(),
+                    self.wind_down(id, Ending::Failing { error: error.clone() }, &|_| {
+                        Ending::Failing { error: error.clone() }
                     });
                 }
                 Timer::Delete(root) => {
-                    let Some(rec) = self.tasks.get_mut(&root) else { continue };
+                    let Some(rec) = self.tasks.get_mut(&root) else {
+                        continue;
+                    };
                     rec.delete_timer = None;
                     if rec.is_terminal() {
                         self.remove_tree(root);
@@ -708,14 +768,18 @@ impl Forest {
             }
             let terminal = match (&a.ending, &a.handler) {
                 (_, HandlerState::Running) | (None, HandlerState::Queued) => return,
-                (Some(Ending::Cancelling { reason }), _) => Terminal::Cancelled { reason: reason.clone() },
-                (Some(Ending::Failing { error }), _) => Terminal::Failed { error: Box::new(error.clone()) },
-                (None, HandlerState::Exited(HandlerOutcome::Returned(result))) => {
-                    Terminal::Completed { result: result.clone() }
-                }
-                (None, HandlerState::Exited(HandlerOutcome::Errored(error))) => {
-                    Terminal::Failed { error: Box::new(error.clone()) }
-                }
+                (Some(Ending::Cancelling { reason }), _) => Terminal::Cancelled {
+                    reason: reason.clone(),
+                },
+                (Some(Ending::Failing { error }), _) => Terminal::Failed {
+                    error: Box::new(error.clone()),
+                },
+                (None, HandlerState::Exited(HandlerOutcome::Returned(result))) => Terminal::Completed {
+                    result: result.clone(),
+                },
+                (None, HandlerState::Exited(HandlerOutcome::Errored(error))) => Terminal::Failed {
+                    error: Box::new(error.clone()),
+                },
                 (None, HandlerState::Exited(HandlerOutcome::Aborted)) => Terminal::Failed {
                     error: Box::new(ErrorObject::new(ErrorCode::INTERNAL_ERROR, "handler aborted")),
                 },

@@ -28,4 +28,6 @@ pub use forest::{ChildOptions, ClientView, Forest, IdHasher, IdMap, RootOptions}
 pub use invariants::InvariantViolation;
 pub use lifecycle::{CancelOutcome, PauseOutcome, SafePoint, expired_error};
 pub use order::ResultCursor;
-pub use record::{Active, Ending, HandlerOutcome, HandlerState, InputBook, PauseState, Phase, TaskRecord, Terminal};
+pub use record::{
+    Active, Ending, HandlerOutcome, HandlerState, InputBook, PauseState, Phase, TaskRecord, Terminal,
+};

@@ -43,7 +43,9 @@ pub struct ResultCursor {
 impl ResultCursor {
     /// A cursor at the start of the tree rooted at `root`.
     pub fn new(root: TaskId) -> Self {
-        ResultCursor { stack: vec![(root, 0)] }
+        ResultCursor {
+            stack: vec![(root, 0)],
+        }
     }
 
     /// The next task in result order if it is terminal now, else `None`

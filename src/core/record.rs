@@ -134,7 +134,10 @@ pub struct InputBook {
 }
 
 /// The input book of a task that never asked for input.
-pub(crate) static NO_INPUTS: InputBook = InputBook { outstanding: BTreeMap::new(), used: BTreeSet::new() };
+pub(crate) static NO_INPUTS: InputBook = InputBook {
+    outstanding: BTreeMap::new(),
+    used: BTreeSet::new(),
+};
 
 impl InputBook {
     /// Outstanding requests by key.
@@ -309,7 +312,11 @@ impl TaskRecord {
 
     /// Status as it would be without the pause: what resume restores.
     pub(crate) fn unpaused_status(&self) -> TaskStatus {
-        if self.has_outstanding_inputs() { TaskStatus::InputRequired } else { TaskStatus::Working }
+        if self.has_outstanding_inputs() {
+            TaskStatus::InputRequired
+        } else {
+            TaskStatus::Working
+        }
     }
 
     /// `true` when a cancel was accepted or a failure decided.
@@ -319,7 +326,8 @@ impl TaskRecord {
 
     /// `true` when a cancel was accepted and the task is not yet terminal.
     pub fn is_cancel_requested(&self) -> bool {
-        self.active().is_some_and(|a| matches!(a.ending, Some(Ending::Cancelling { .. })))
+        self.active()
+            .is_some_and(|a| matches!(a.ending, Some(Ending::Cancelling { .. })))
     }
 
     /// The status message clients see: the sub-state explains itself
@@ -346,9 +354,11 @@ impl TaskRecord {
                     self.live_children,
                     self.children.len()
                 )),
-                (None, PauseState::Unpaused, HandlerState::Queued) => {
-                    Some(self.message.clone().unwrap_or_else(|| "queued: waiting to start".to_owned()))
-                }
+                (None, PauseState::Unpaused, HandlerState::Queued) => Some(
+                    self.message
+                        .clone()
+                        .unwrap_or_else(|| "queued: waiting to start".to_owned()),
+                ),
                 (None, PauseState::Unpaused, HandlerState::Running) => self.message.clone(),
             },
         }

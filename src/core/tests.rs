@@ -51,7 +51,15 @@ const STATES: [State; 11] = [
 
 fn build(state: State) -> (Forest, TaskId) {
     let mut f = Forest::default();
-    let id = f.create_root(T0, RootOptions { ttl_ms: Some(60_000), poll_interval_ms: Some(500) }).unwrap();
+    let id = f
+        .create_root(
+            T0,
+            RootOptions {
+                ttl_ms: Some(60_000),
+                poll_interval_ms: Some(500),
+            },
+        )
+        .unwrap();
     let start = |f: &mut Forest| f.start(T0, id).unwrap();
     match state {
         State::Queued => {}
@@ -72,8 +80,13 @@ fn build(state: State) -> (Forest, TaskId) {
         }
         State::InputRequired => {
             start(&mut f);
-            f.request_input(T0, id, "k1".into(), obj(serde_json::json!({"method": "elicitation/create"})))
-                .unwrap();
+            f.request_input(
+                T0,
+                id,
+                "k1".into(),
+                obj(serde_json::json!({"method": "elicitation/create"})),
+            )
+            .unwrap();
         }
         State::Paused => {
             start(&mut f);
@@ -157,22 +170,38 @@ fn apply(f: &mut Forest, id: TaskId, cmd: Cmd) -> String {
     let t = T0.saturating_add(10);
     match cmd {
         Cmd::Start => f.start(t, id).map(|()| "ok".into()).unwrap_or_else(err),
-        Cmd::Message => f.set_status_message(t, id, Some("m".into())).map(|()| "ok".into()).unwrap_or_else(err),
-        Cmd::RequestInput => {
-            f.request_input(t, id, "fresh".into(), JsonObject::new()).map(|()| "ok".into()).unwrap_or_else(err)
-        }
-        Cmd::RequestUsedKey => {
-            f.request_input(t, id, "k1".into(), JsonObject::new()).map(|()| "ok".into()).unwrap_or_else(err)
-        }
-        Cmd::Withdraw => f.withdraw_input(t, id, "k1").map(|b| format!("ok:{b}")).unwrap_or_else(err),
+        Cmd::Message => f
+            .set_status_message(t, id, Some("m".into()))
+            .map(|()| "ok".into())
+            .unwrap_or_else(err),
+        Cmd::RequestInput => f
+            .request_input(t, id, "fresh".into(), JsonObject::new())
+            .map(|()| "ok".into())
+            .unwrap_or_else(err),
+        Cmd::RequestUsedKey => f
+            .request_input(t, id, "k1".into(), JsonObject::new())
+            .map(|()| "ok".into())
+            .unwrap_or_else(err),
+        Cmd::Withdraw => f
+            .withdraw_input(t, id, "k1")
+            .map(|b| format!("ok:{b}"))
+            .unwrap_or_else(err),
         Cmd::Answer => {
             let mut r = InputResponses::new();
             r.insert("k1".into(), obj(serde_json::json!({"action": "accept"})));
             r.insert("never".into(), JsonObject::new());
-            f.answer_input(t, id, r).map(|keys| format!("ok:{}", keys.len())).unwrap_or_else(err)
+            f.answer_input(t, id, r)
+                .map(|keys| format!("ok:{}", keys.len()))
+                .unwrap_or_else(err)
         }
-        Cmd::Steer => f.steer(t, id, "focus".into()).map(|()| "ok".into()).unwrap_or_else(err),
-        Cmd::TakeSteers => f.take_steers(t, id).map(|s| format!("ok:{}", s.len())).unwrap_or_else(err),
+        Cmd::Steer => f
+            .steer(t, id, "focus".into())
+            .map(|()| "ok".into())
+            .unwrap_or_else(err),
+        Cmd::TakeSteers => f
+            .take_steers(t, id)
+            .map(|s| format!("ok:{}", s.len()))
+            .unwrap_or_else(err),
         Cmd::SafePoint => f
             .reach_safe_point(t, id)
             .map(|s| match s {
@@ -182,13 +211,28 @@ fn apply(f: &mut Forest, id: TaskId, cmd: Cmd) -> String {
             })
             .unwrap_or_else(err),
         Cmd::Pause => f.pause(t, id).map(|o| format!("ok:{o:?}")).unwrap_or_else(err),
-        Cmd::PauseSelf => f.pause_self(t, id, Some("hold".into())).map(|()| "ok".into()).unwrap_or_else(err),
+        Cmd::PauseSelf => f
+            .pause_self(t, id, Some("hold".into()))
+            .map(|()| "ok".into())
+            .unwrap_or_else(err),
         Cmd::Resume => f.resume(t, id).map(|()| "ok".into()).unwrap_or_else(err),
         Cmd::Cancel => f.cancel(t, id).map(|o| format!("ok:{o:?}")).unwrap_or_else(err),
-        Cmd::FinishOk => f.finish(t, id, ok_result()).map(|()| "ok".into()).unwrap_or_else(err),
-        Cmd::FinishErr => f.finish(t, id, rpc_error()).map(|()| "ok".into()).unwrap_or_else(err),
-        Cmd::CreateChild => f.create_child(t, id, ChildOptions::default()).map(|_| "ok".into()).unwrap_or_else(err),
-        Cmd::SetTtl => f.set_ttl(t, id, Some(1_000)).map(|()| "ok".into()).unwrap_or_else(err),
+        Cmd::FinishOk => f
+            .finish(t, id, ok_result())
+            .map(|()| "ok".into())
+            .unwrap_or_else(err),
+        Cmd::FinishErr => f
+            .finish(t, id, rpc_error())
+            .map(|()| "ok".into())
+            .unwrap_or_else(err),
+        Cmd::CreateChild => f
+            .create_child(t, id, ChildOptions::default())
+            .map(|_| "ok".into())
+            .unwrap_or_else(err),
+        Cmd::SetTtl => f
+            .set_ttl(t, id, Some(1_000))
+            .map(|()| "ok".into())
+            .unwrap_or_else(err),
         Cmd::DeleteTree => f.delete_tree(t, id).map(|()| "ok".into()).unwrap_or_else(err),
     }
 }
@@ -408,20 +452,40 @@ fn every_state_and_command_matches_the_lifecycle_table() {
             let status = f.task(id).map_or("gone".to_owned(), |r| r.status().to_string());
             let got = format!("{verdict} -> {status}");
             if got != want[i] {
-                mismatches.push(format!("{state:?} x {cmd:?}: expected `{}`, got `{got}`", want[i]));
+                mismatches.push(format!(
+                    "{state:?} x {cmd:?}: expected `{}`, got `{got}`",
+                    want[i]
+                ));
             }
             // A rejected command changes nothing and emits nothing.
             if verdict.starts_with("E:") {
-                assert_eq!(f.snapshot(id, ClientView::PAUSE_AWARE), before, "{state:?} x {cmd:?} mutated");
+                assert_eq!(
+                    f.snapshot(id, ClientView::PAUSE_AWARE),
+                    before,
+                    "{state:?} x {cmd:?} mutated"
+                );
                 assert_eq!(f.poll_effect(), None, "{state:?} x {cmd:?} emitted an effect");
             }
         }
     }
-    assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "{} mismatches:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
 }
 
 fn running_root(f: &mut Forest, ttl: Option<u64>) -> TaskId {
-    let id = f.create_root(T0, RootOptions { ttl_ms: ttl, poll_interval_ms: None }).unwrap();
+    let id = f
+        .create_root(
+            T0,
+            RootOptions {
+                ttl_ms: ttl,
+                poll_interval_ms: None,
+            },
+        )
+        .unwrap();
     f.start(T0, id).unwrap();
     id
 }
@@ -475,8 +539,22 @@ fn cancel_of_parent_reaches_grandchildren_first() {
 fn child_ttl_is_clamped_and_expiry_fails_children_first() {
     let mut f = Forest::default();
     let root = running_root(&mut f, Some(10_000));
-    let child = running_child(&mut f, root, ChildOptions { ttl_ms: Some(50_000), ..Default::default() });
-    let short = running_child(&mut f, root, ChildOptions { ttl_ms: Some(1_000), ..Default::default() });
+    let child = running_child(
+        &mut f,
+        root,
+        ChildOptions {
+            ttl_ms: Some(50_000),
+            ..Default::default()
+        },
+    );
+    let short = running_child(
+        &mut f,
+        root,
+        ChildOptions {
+            ttl_ms: Some(1_000),
+            ..Default::default()
+        },
+    );
     assert_eq!(f.task(child).unwrap().ttl_ms(), Some(10_000));
     assert_eq!(f.next_deadline(), Some(T0.saturating_add(1_000)));
     f.handle_timeout(T0.saturating_add(1_000));
@@ -496,7 +574,9 @@ fn child_ttl_is_clamped_and_expiry_fails_children_first() {
     assert_eq!(f.next_deadline(), Some(delete_at));
     f.handle_timeout(delete_at);
     assert!(f.is_empty());
-    assert!(matches!(f.poll_effect(), Some(Effect::TreeDeleted { ids, .. }) if ids == vec![child, short, root]));
+    assert!(
+        matches!(f.poll_effect(), Some(Effect::TreeDeleted { ids, .. }) if ids == vec![child, short, root])
+    );
 }
 
 #[test]
@@ -505,7 +585,13 @@ fn parent_that_returns_early_waits_for_its_children() {
     let root = running_root(&mut f, None);
     let a = running_child(&mut f, root, ChildOptions::default());
     f.finish(T0, root, ok_result()).unwrap();
-    let msg = f.snapshot(root, ClientView::BASE).unwrap().task().status_message.clone().unwrap();
+    let msg = f
+        .snapshot(root, ClientView::BASE)
+        .unwrap()
+        .task()
+        .status_message
+        .clone()
+        .unwrap();
     assert!(msg.contains("waiting for 1 of 1 subtasks"), "{msg}");
     f.finish(T0, a, rpc_error()).unwrap();
     // Supervise (default): a failed child does not fail the parent.
@@ -516,7 +602,14 @@ fn parent_that_returns_early_waits_for_its_children() {
 fn fail_fast_child_cancels_siblings_and_fails_parent() {
     let mut f = Forest::default();
     let root = running_root(&mut f, None);
-    let ff = running_child(&mut f, root, ChildOptions { fail_fast: true, ..Default::default() });
+    let ff = running_child(
+        &mut f,
+        root,
+        ChildOptions {
+            fail_fast: true,
+            ..Default::default()
+        },
+    );
     let sib = running_child(&mut f, root, ChildOptions::default());
     f.finish(T0, ff, rpc_error()).unwrap();
     assert!(f.task(sib).unwrap().is_cancel_requested());
@@ -524,8 +617,14 @@ fn fail_fast_child_cancels_siblings_and_fails_parent() {
     f.finish(T0, root, ok_result()).unwrap();
     assert_eq!(f.task(sib).unwrap().status(), TaskStatus::Cancelled);
     let snap = f.snapshot(root, ClientView::BASE).unwrap();
-    let TaskPayloadRef::Failed(e) = payload(&snap) else { panic!("{snap:?}") };
-    assert!(e.message.contains(&format!("subtask {ff} failed: boom")), "{}", e.message);
+    let TaskPayloadRef::Failed(e) = payload(&snap) else {
+        panic!("{snap:?}")
+    };
+    assert!(
+        e.message.contains(&format!("subtask {ff} failed: boom")),
+        "{}",
+        e.message
+    );
 }
 
 enum TaskPayloadRef<'a> {
@@ -551,7 +650,9 @@ fn handler_error_with_live_children_cancels_them_first() {
     f.finish(T0, c, ok_result()).unwrap();
     assert_eq!(f.task(c).unwrap().status(), TaskStatus::Cancelled);
     assert_eq!(f.task(root).unwrap().status(), TaskStatus::Failed);
-    assert!(matches!(payload(&f.snapshot(root, ClientView::BASE).unwrap()), TaskPayloadRef::Failed(e) if e.message == "boom"));
+    assert!(
+        matches!(payload(&f.snapshot(root, ClientView::BASE).unwrap()), TaskPayloadRef::Failed(e) if e.message == "boom")
+    );
 }
 
 #[test]
@@ -560,7 +661,8 @@ fn pause_of_parent_parks_subtree_and_resume_restores_input_required() {
     let root = running_root(&mut f, None);
     let asking = running_child(&mut f, root, ChildOptions::default());
     let busy = running_child(&mut f, root, ChildOptions::default());
-    f.request_input(T0, asking, "q".into(), JsonObject::new()).unwrap();
+    f.request_input(T0, asking, "q".into(), JsonObject::new())
+        .unwrap();
     f.steer(T0, busy, "one".into()).unwrap();
     assert_eq!(f.pause(T0, root).unwrap(), PauseOutcome::Pending);
     assert_eq!(f.task(asking).unwrap().status(), TaskStatus::Paused);
@@ -571,7 +673,10 @@ fn pause_of_parent_parks_subtree_and_resume_restores_input_required() {
     // A paused task does not take tasks/update.
     let mut r = InputResponses::new();
     r.insert("q".into(), JsonObject::new());
-    assert_eq!(f.answer_input(T0, asking, r.clone()), Err(TransitionError::Paused(asking)));
+    assert_eq!(
+        f.answer_input(T0, asking, r.clone()),
+        Err(TransitionError::Paused(asking))
+    );
     // Base clients never see `paused`.
     let base = f.snapshot(busy, ClientView::BASE).unwrap();
     assert_eq!(base.status(), TaskStatus::Working);
@@ -588,8 +693,13 @@ fn pause_of_parent_parks_subtree_and_resume_restores_input_required() {
     assert_eq!(woken.len(), 3);
     let snap = f.snapshot(asking, ClientView::PAUSE_AWARE).unwrap();
     assert_eq!(snap.status(), TaskStatus::InputRequired);
-    assert!(matches!(snap.payload(), crate::model::TaskPayload::InputRequired { input_requests } if input_requests.contains_key("q")));
-    assert_eq!(f.reach_safe_point(T0, busy).unwrap(), SafePoint::Continue(vec!["one".into(), "two".into()]));
+    assert!(
+        matches!(snap.payload(), crate::model::TaskPayload::InputRequired { input_requests } if input_requests.contains_key("q"))
+    );
+    assert_eq!(
+        f.reach_safe_point(T0, busy).unwrap(),
+        SafePoint::Continue(vec!["one".into(), "two".into()])
+    );
     assert_eq!(f.answer_input(T0, asking, r).unwrap(), vec!["q".to_owned()]);
     assert_eq!(f.task(asking).unwrap().status(), TaskStatus::Working);
 }
@@ -632,7 +742,10 @@ fn steers_are_delivered_in_order_once_and_rejected_after_the_end() {
     assert_eq!(f.take_steers(T0, root).unwrap(), vec!["a", "b", "c"]);
     assert_eq!(f.reach_safe_point(T0, root).unwrap(), SafePoint::Continue(vec![]));
     f.finish(T0, root, ok_result()).unwrap();
-    assert!(matches!(f.steer(T0, root, "late".into()), Err(TransitionError::Terminal { .. })));
+    assert!(matches!(
+        f.steer(T0, root, "late".into()),
+        Err(TransitionError::Terminal { .. })
+    ));
 }
 
 #[test]
@@ -645,23 +758,55 @@ fn input_keys_are_unique_over_a_tasks_lifetime() {
     assert_eq!(f.answer_input(T0, root, r.clone()).unwrap(), vec!["k".to_owned()]);
     // Answered keys are ignored and can never be reissued.
     assert_eq!(f.answer_input(T0, root, r).unwrap(), Vec::<String>::new());
-    assert!(matches!(f.request_input(T0, root, "k".into(), JsonObject::new()), Err(TransitionError::DuplicateInputKey { .. })));
+    assert!(matches!(
+        f.request_input(T0, root, "k".into(), JsonObject::new()),
+        Err(TransitionError::DuplicateInputKey { .. })
+    ));
 }
 
 #[test]
 fn limits_reject_without_changing_anything() {
     let config = ForestConfig {
-        limits: Limits { max_depth: 1, max_children: 1, max_steer_queue: 1, max_steer_bytes: 4 },
+        limits: Limits {
+            max_depth: 1,
+            max_children: 1,
+            max_steer_queue: 1,
+            max_steer_bytes: 4,
+        },
         ..Default::default()
     };
     let mut f = Forest::new(config);
     let root = running_root(&mut f, None);
     let c = running_child(&mut f, root, ChildOptions::default());
-    assert!(matches!(f.create_child(T0, root, ChildOptions::default()), Err(TransitionError::LimitExceeded { limit: Limit::Children { max: 1 }, .. })));
-    assert!(matches!(f.create_child(T0, c, ChildOptions::default()), Err(TransitionError::LimitExceeded { limit: Limit::Depth { max: 1 }, .. })));
-    assert!(matches!(f.steer(T0, root, "toolong".into()), Err(TransitionError::LimitExceeded { limit: Limit::SteerBytes { .. }, .. })));
+    assert!(matches!(
+        f.create_child(T0, root, ChildOptions::default()),
+        Err(TransitionError::LimitExceeded {
+            limit: Limit::Children { max: 1 },
+            ..
+        })
+    ));
+    assert!(matches!(
+        f.create_child(T0, c, ChildOptions::default()),
+        Err(TransitionError::LimitExceeded {
+            limit: Limit::Depth { max: 1 },
+            ..
+        })
+    ));
+    assert!(matches!(
+        f.steer(T0, root, "toolong".into()),
+        Err(TransitionError::LimitExceeded {
+            limit: Limit::SteerBytes { .. },
+            ..
+        })
+    ));
     f.steer(T0, root, "ok".into()).unwrap();
-    assert!(matches!(f.steer(T0, root, "no".into()), Err(TransitionError::LimitExceeded { limit: Limit::SteerQueue { .. }, .. })));
+    assert!(matches!(
+        f.steer(T0, root, "no".into()),
+        Err(TransitionError::LimitExceeded {
+            limit: Limit::SteerQueue { .. },
+            ..
+        })
+    ));
     assert_eq!(f.task(root).unwrap().children(), &[c]);
     f.check_invariants().unwrap();
 }
@@ -671,7 +816,14 @@ fn set_ttl_reclamps_descendants() {
     let mut f = Forest::default();
     let root = running_root(&mut f, Some(100_000));
     let c = running_child(&mut f, root, ChildOptions::default());
-    let g = running_child(&mut f, c, ChildOptions { ttl_ms: Some(90_000), ..Default::default() });
+    let g = running_child(
+        &mut f,
+        c,
+        ChildOptions {
+            ttl_ms: Some(90_000),
+            ..Default::default()
+        },
+    );
     f.set_ttl(T0, root, Some(5_000)).unwrap();
     assert_eq!(f.task(c).unwrap().ttl_ms(), Some(5_000));
     assert_eq!(f.task(g).unwrap().ttl_ms(), Some(5_000));

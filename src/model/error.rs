@@ -49,7 +49,11 @@ pub struct ErrorObject {
 impl ErrorObject {
     /// An error with a code and message and no data.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        ErrorObject { code, message: message.into(), data: None }
+        ErrorObject {
+            code,
+            message: message.into(),
+            data: None,
+        }
     }
 
     /// `-32602` with the one message used for every task id that does not

@@ -44,8 +44,8 @@ pub use requests::{
 pub use results::{AckResult, CancelTaskResult, SteerTaskResult, UpdateTaskResult};
 pub use status::TaskStatus;
 pub use task::{
-    CreateTaskResult, DetailedTask, GetTaskResult, InputRequests, InputResponses, PauseTaskResult, ResultType,
-    ResumeTaskResult, Task, TaskPayload,
+    CreateTaskResult, DetailedTask, GetTaskResult, InputRequests, InputResponses, PauseTaskResult,
+    ResultType, ResumeTaskResult, Task, TaskPayload,
 };
 pub use time::{ParseTimestampError, Timestamp};
 

@@ -244,10 +244,14 @@ impl TaskWire {
                     .ok_or("task with status \"input_required\" is missing `inputRequests`")?,
             },
             TaskStatus::Completed => TaskPayload::Completed {
-                result: self.result.ok_or("task with status \"completed\" is missing `result`")?,
+                result: self
+                    .result
+                    .ok_or("task with status \"completed\" is missing `result`")?,
             },
             TaskStatus::Failed => TaskPayload::Failed {
-                error: self.error.ok_or("task with status \"failed\" is missing `error`")?,
+                error: self
+                    .error
+                    .ok_or("task with status \"failed\" is missing `error`")?,
             },
         };
         let task = Task {
@@ -307,7 +311,8 @@ impl GetTaskResult {
 
 impl Serialize for GetTaskResult {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        TaskWire::from_detailed(&self.task, Some(ResultType::Complete), self.meta.clone()).serialize(serializer)
+        TaskWire::from_detailed(&self.task, Some(ResultType::Complete), self.meta.clone())
+            .serialize(serializer)
     }
 }
 
@@ -356,7 +361,9 @@ impl<'de> Deserialize<'de> for CreateTaskResult {
             .map_err(serde::de::Error::custom)?;
         match rt {
             Some(ResultType::Task) => Ok(CreateTaskResult { task, meta }),
-            None => Err(serde::de::Error::custom("CreateTaskResult requires resultType \"task\", found none")),
+            None => Err(serde::de::Error::custom(
+                "CreateTaskResult requires resultType \"task\", found none",
+            )),
             Some(other) => Err(serde::de::Error::custom(format_args!(
                 "CreateTaskResult requires resultType \"task\", found {:?}",
                 other.as_str()

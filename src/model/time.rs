@@ -202,8 +202,9 @@ impl FromStr for Timestamp {
             _ => return Err(ParseTimestampError("expected 'Z' or a ±HH:MM offset at the end")),
         };
         let days = days_from_civil(year, month, day);
-        let secs = days * 86_400 + i64::from(hour) * 3600 + i64::from(minute) * 60 + i64::from(second.min(59))
-            - offset_secs;
+        let secs =
+            days * 86_400 + i64::from(hour) * 3600 + i64::from(minute) * 60 + i64::from(second.min(59))
+                - offset_secs;
         if secs < 0 {
             return Err(ParseTimestampError("before 1970"));
         }
@@ -277,7 +278,10 @@ mod tests {
             "２025-11-25T10:30:00Z",
         ] {
             let err = bad.parse::<Timestamp>().unwrap_err();
-            assert!(err.to_string().starts_with("invalid ISO 8601 timestamp"), "{bad}: {err}");
+            assert!(
+                err.to_string().starts_with("invalid ISO 8601 timestamp"),
+                "{bad}: {err}"
+            );
         }
         assert!("2024-02-29T00:00:00Z".parse::<Timestamp>().is_ok());
     }

@@ -150,9 +150,9 @@ impl From<TaskError> for ErrorObject {
 impl From<TransitionError> for TaskError {
     fn from(e: TransitionError) -> Self {
         match e {
-            TransitionError::WindingDown(_) | TransitionError::Terminal { .. } | TransitionError::UnknownTask(_) => {
-                TaskError::Interrupted
-            }
+            TransitionError::WindingDown(_)
+            | TransitionError::Terminal { .. }
+            | TransitionError::UnknownTask(_) => TaskError::Interrupted,
             other => TaskError::Rejected(other.into()),
         }
     }
@@ -247,7 +247,10 @@ pub struct TaskContext {
 
 impl std::fmt::Debug for TaskContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskContext").field("task_id", &self.id).field("parent", &self.parent).finish()
+        f.debug_struct("TaskContext")
+            .field("task_id", &self.id)
+            .field("parent", &self.parent)
+            .finish()
     }
 }
 
@@ -259,8 +262,21 @@ impl TaskContext {
         parent: Option<TaskId>,
         deps: Vec<DependencyOutcome>,
     ) -> Self {
-        let slot = Arc::new(SlotCell { root: tree.root, state: Mutex::new(SlotState { holding: true, blocked: 0 }) });
-        TaskContext { inner, tree, id, parent, slot, deps: deps.into() }
+        let slot = Arc::new(SlotCell {
+            root: tree.root,
+            state: Mutex::new(SlotState {
+                holding: true,
+                blocked: 0,
+            }),
+        });
+        TaskContext {
+            inner,
+            tree,
+            id,
+            parent,
+            slot,
+            deps: deps.into(),
+        }
     }
 
     /// This task's id.
@@ -290,7 +306,10 @@ impl TaskContext {
     /// Runs `fut` with this handler's scheduler slot given back.
     async fn parked<F: Future>(&self, fut: F) -> F::Output {
         self.slot.block(&self.inner);
-        let mut guard = BlockGuard { slot: &self.slot, armed: true };
+        let mut guard = BlockGuard {
+            slot: &self.slot,
+            armed: true,
+        };
         let out = fut.await;
         guard.armed = false;
         self.slot.unblock(&self.inner).await;
@@ -308,7 +327,9 @@ impl TaskContext {
     /// Whether a cancel was accepted (or a failure decided) for this task.
     pub fn is_cancelled(&self) -> bool {
         let st = self.tree.state.lock();
-        st.forest.task(self.id).is_none_or(|r| r.is_terminal() || r.is_winding_down())
+        st.forest
+            .task(self.id)
+            .is_none_or(|r| r.is_terminal() || r.is_winding_down())
     }
 
     /// Resolves once the task is being cancelled (or failed by its TTL or a
@@ -321,7 +342,11 @@ impl TaskContext {
         loop {
             let notify = {
                 let mut st = self.tree.state.lock();
-                if st.forest.task(self.id).is_none_or(|r| r.is_terminal() || r.is_winding_down()) {
+                if st
+                    .forest
+                    .task(self.id)
+                    .is_none_or(|r| r.is_terminal() || r.is_winding_down())
+                {
                     return;
                 }
                 st.notify_of(self.id)
@@ -339,7 +364,11 @@ impl TaskContext {
 
     /// Waits on this task's notifier after `check` (run under the tree lock)
     /// returns `None`; returns `check`'s value once it is `Some`.
-    async fn wait_until<R>(&self, park: bool, mut check: impl FnMut(&mut TreeState, &mut Post) -> Option<R>) -> R {
+    async fn wait_until<R>(
+        &self,
+        park: bool,
+        mut check: impl FnMut(&mut TreeState, &mut Post) -> Option<R>,
+    ) -> R {
         loop {
             let mut post = Post::default();
             let (ready, notify) = {
@@ -442,7 +471,11 @@ impl TaskContext {
     /// # Cancellation safety
     ///
     /// Dropping the future withdraws the request.
-    pub async fn request_input(&self, key: impl Into<String>, request: JsonObject) -> Result<JsonObject, TaskError> {
+    pub async fn request_input(
+        &self,
+        key: impl Into<String>,
+        request: JsonObject,
+    ) -> Result<JsonObject, TaskError> {
         let key = key.into();
         self.with(|st, now, _| st.forest.request_input(now, self.id, key.clone(), request))?;
         struct Withdraw<'a> {
@@ -462,7 +495,11 @@ impl TaskContext {
                 }
             }
         }
-        let mut guard = Withdraw { ctx: self, key: &key, armed: true };
+        let mut guard = Withdraw {
+            ctx: self,
+            key: &key,
+            armed: true,
+        };
         let id = self.id;
         let out = self
             .wait_until(true, |st, _| {
@@ -483,29 +520,32 @@ impl TaskContext {
     /// is delivered while the task is paused. Ends when the task winds down.
     pub fn steers(&self) -> impl Stream<Item = String> + Send + 'static {
         let ctx = self.clone();
-        futures::stream::unfold((ctx, std::collections::VecDeque::<String>::new()), |(ctx, mut buf)| async move {
-            loop {
-                if let Some(m) = buf.pop_front() {
-                    return Some((m, (ctx, buf)));
+        futures::stream::unfold(
+            (ctx, std::collections::VecDeque::<String>::new()),
+            |(ctx, mut buf)| async move {
+                loop {
+                    if let Some(m) = buf.pop_front() {
+                        return Some((m, (ctx, buf)));
+                    }
+                    let id = ctx.id;
+                    let now = ctx.inner.now();
+                    let got = ctx
+                        .wait_until(false, |st, _| match st.forest.take_steers(now, id) {
+                            Ok(s) if !s.is_empty() => Some(Some(s)),
+                            Ok(_) => match st.forest.task(id) {
+                                Some(r) if !r.is_winding_down() => None,
+                                _ => Some(None),
+                            },
+                            Err(_) => Some(None),
+                        })
+                        .await;
+                    match got {
+                        Some(s) => buf.extend(s),
+                        None => return None,
+                    }
                 }
-                let id = ctx.id;
-                let now = ctx.inner.now();
-                let got = ctx
-                    .wait_until(false, |st, _| match st.forest.take_steers(now, id) {
-                        Ok(s) if !s.is_empty() => Some(Some(s)),
-                        Ok(_) => match st.forest.task(id) {
-                            Some(r) if !r.is_winding_down() => None,
-                            _ => Some(None),
-                        },
-                        Err(_) => Some(None),
-                    })
-                    .await;
-                match got {
-                    Some(s) => buf.extend(s),
-                    None => return None,
-                }
-            }
-        })
+            },
+        )
     }
 
     /// Starts a subtask running `f`, appended to this task's `childTaskIds`.
@@ -527,22 +567,43 @@ impl TaskContext {
         self.spawn_body(opts, body)
     }
 
-    pub(crate) fn spawn_body(&self, opts: SubtaskOptions, body: HandlerBody) -> Result<SubtaskHandle, TaskError> {
+    pub(crate) fn spawn_body(
+        &self,
+        opts: SubtaskOptions,
+        body: HandlerBody,
+    ) -> Result<SubtaskHandle, TaskError> {
         let root = self.tree.root;
         let fast = opts.after.is_empty() && self.inner.sched.try_acquire(root);
         let parent = self.id;
         let tree = self.tree.clone();
         let created = self.with(|st, now, post| -> Result<(TaskId, Option<StartJob>), TaskError> {
-            let children = st.forest.task(parent).map(|r| r.children().to_vec()).unwrap_or_default();
+            let children = st
+                .forest
+                .task(parent)
+                .map(|r| r.children().to_vec())
+                .unwrap_or_default();
             super::plan::check_after(&children, &opts.after)?;
             let id = st.forest.create_child(
                 now,
                 parent,
-                ChildOptions { ttl_ms: opts.ttl_ms, poll_interval_ms: opts.poll_interval_ms, fail_fast: opts.fail_fast },
+                ChildOptions {
+                    ttl_ms: opts.ttl_ms,
+                    poll_interval_ms: opts.poll_interval_ms,
+                    fail_fast: opts.fail_fast,
+                },
             )?;
-            let job = StartJob { tree: tree.clone(), id, body, deps: opts.after.clone() };
-            let pending: Vec<TaskId> =
-                opts.after.iter().copied().filter(|d| st.forest.task(*d).is_some_and(|r| !r.is_terminal())).collect();
+            let job = StartJob {
+                tree: tree.clone(),
+                id,
+                body,
+                deps: opts.after.clone(),
+            };
+            let pending: Vec<TaskId> = opts
+                .after
+                .iter()
+                .copied()
+                .filter(|d| st.forest.task(*d).is_some_and(|r| !r.is_terminal()))
+                .collect();
             if !pending.is_empty() {
                 for d in &pending {
                     st.rt.entry(*d).or_default().dependents.push(id);
@@ -560,7 +621,11 @@ impl TaskContext {
             if fast {
                 return Ok((id, Some(job)));
             }
-            let _ = st.forest.set_status_message(now, id, Some("queued: waiting for a scheduler slot".to_owned()));
+            let _ = st.forest.set_status_message(
+                now,
+                id,
+                Some("queued: waiting for a scheduler slot".to_owned()),
+            );
             post.submit(job, false);
             Ok((id, None))
         });
@@ -574,21 +639,16 @@ impl TaskContext {
                 return Err(e);
             }
         };
-        match job {
-            Some(job) => {
-                if !self.inner.start_job(job) {
-                    let ready = self.inner.sched.release(root);
-                    self.inner.run_jobs(ready);
-                }
-            }
-            None if fast => {
-                // The slot was taken for a job that waits after all.
-                let ready = self.inner.sched.release(root);
-                self.inner.run_jobs(ready);
-            }
-            None => {}
+        // A slot taken on the fast path is given back unless the job used it.
+        let used = job.is_some_and(|job| self.inner.start_job(job));
+        if fast && !used {
+            let ready = self.inner.sched.release(root);
+            self.inner.run_jobs(ready);
         }
-        Ok(SubtaskHandle { ctx: self.clone(), id })
+        Ok(SubtaskHandle {
+            ctx: self.clone(),
+            id,
+        })
     }
 
     /// Runs the handler, turning its return, error, panic or abort into the
@@ -712,7 +772,15 @@ impl SubtaskHandle {
             let notified = notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.ctx.tree.state.lock().forest.task(id).is_none_or(TaskRecord::is_terminal) {
+            if self
+                .ctx
+                .tree
+                .state
+                .lock()
+                .forest
+                .task(id)
+                .is_none_or(TaskRecord::is_terminal)
+            {
                 continue;
             }
             self.ctx.parked(notified).await;

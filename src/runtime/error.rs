@@ -49,7 +49,10 @@ impl fmt::Display for RuntimeError {
             RuntimeError::Transition(e) => e.fmt(f),
             RuntimeError::UnknownTool(name) => write!(f, "unknown tool {name:?}"),
             RuntimeError::InvalidDependency { dependency } => {
-                write!(f, "dependency {dependency} is not an earlier sibling of the new subtask")
+                write!(
+                    f,
+                    "dependency {dependency} is not an earlier sibling of the new subtask"
+                )
             }
             RuntimeError::DependencyCycle { steps } => {
                 write!(f, "subtask plan has a dependency cycle: {}", steps.join(" -> "))

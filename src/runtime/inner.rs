@@ -27,7 +27,10 @@ pub(crate) struct Clock {
 
 impl Clock {
     fn new() -> Self {
-        Clock { wall0: Timestamp::now(), instant0: tokio::time::Instant::now() }
+        Clock {
+            wall0: Timestamp::now(),
+            instant0: tokio::time::Instant::now(),
+        }
     }
 
     pub(crate) fn now(&self) -> Timestamp {
@@ -92,7 +95,10 @@ impl Inner {
             index: (0..INDEX_SHARDS).map(|_| Mutex::new(IdMap::default())).collect(),
             tools: RwLock::new(HashMap::new()),
             sched: Scheduler::new(config.max_running, config.max_running_per_tree),
-            timers: TimerQueue { heap: Mutex::new(BinaryHeap::new()), changed: Arc::new(Notify::new()) },
+            timers: TimerQueue {
+                heap: Mutex::new(BinaryHeap::new()),
+                changed: Arc::new(Notify::new()),
+            },
             clock: Clock::new(),
         }
     }
@@ -132,7 +138,9 @@ impl Inner {
 /// Fires TTL expiry and tree deletion. One task per runtime; it holds only a
 /// weak reference so dropping the last `Runtime` stops it.
 pub(crate) async fn timer_driver(inner: std::sync::Weak<Inner>) {
-    let Some(changed) = inner.upgrade().map(|s| s.timers.changed.clone()) else { return };
+    let Some(changed) = inner.upgrade().map(|s| s.timers.changed.clone()) else {
+        return;
+    };
     loop {
         let notified = changed.notified();
         tokio::pin!(notified);
@@ -159,17 +167,17 @@ pub(crate) async fn timer_driver(inner: std::sync::Weak<Inner>) {
         let Some(strong) = inner.upgrade() else { return };
         let now = strong.now();
         for root in strong.timers.pop_due(now) {
-            let Some(tree) = strong.tree_of(root) else { continue };
-            strong.with_tree(&tree, |st, now, _| {
+            let Some(tree) = strong.tree_of(root) else {
+                continue;
+            };
+            // Re-arm with the forest's next deadline: it may hold later timers.
+            let next = strong.with_tree(&tree, |st, now, _| {
                 st.forest.handle_timeout(now);
-                if let Some(next) = st.forest.next_deadline() {
-                    // Re-arm: the forest may have later timers.
-                    Some(next)
-                } else {
-                    None
-                }
-            })
-            .map(|next| strong.timers.arm(next, root));
+                st.forest.next_deadline()
+            });
+            if let Some(next) = next {
+                strong.timers.arm(next, root);
+            }
         }
     }
 }

@@ -50,7 +50,8 @@ use tokio::sync::Notify;
 
 pub use config::RuntimeConfig;
 pub use context::{
-    DependencyOutcome, HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError, TaskOutcome, ToolHandler,
+    DependencyOutcome, HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError, TaskOutcome,
+    ToolHandler,
 };
 pub use error::{Interrupted, RuntimeError};
 pub use plan::SubtaskPlan;
@@ -68,7 +69,9 @@ pub struct Runtime {
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime").field("config", &self.inner.config).finish()
+        f.debug_struct("Runtime")
+            .field("config", &self.inner.config)
+            .finish()
     }
 }
 
@@ -105,8 +108,19 @@ impl Runtime {
     /// # Errors
     ///
     /// `UnknownTool`.
-    pub fn start_tool(&self, name: &str, args: JsonObject, opts: RootOptions) -> Result<TaskId, RuntimeError> {
-        let handler = self.inner.tools.read().get(name).cloned().ok_or_else(|| RuntimeError::UnknownTool(name.into()))?;
+    pub fn start_tool(
+        &self,
+        name: &str,
+        args: JsonObject,
+        opts: RootOptions,
+    ) -> Result<TaskId, RuntimeError> {
+        let handler = self
+            .inner
+            .tools
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| RuntimeError::UnknownTool(name.into()))?;
         Ok(self.start_root(opts, Box::new(move |ctx| handler.call(ctx, args))))
     }
 
@@ -125,20 +139,34 @@ impl Runtime {
             opts.poll_interval_ms = inner.config.default_poll_interval_ms;
         }
         let mut forest = Forest::new(inner.config.forest);
-        let id = forest.create_root(inner.now(), opts).expect("creating a root task has no failure mode");
+        let id = forest
+            .create_root(inner.now(), opts)
+            .expect("creating a root task has no failure mode");
         let tree = Arc::new(TreeCell {
             root: id,
-            state: Mutex::new(TreeState { forest, rt: IdMap::default() }),
+            state: Mutex::new(TreeState {
+                forest,
+                rt: IdMap::default(),
+            }),
             changed: Notify::new(),
         });
         let fast = inner.sched.try_acquire(id);
-        let job = StartJob { tree: tree.clone(), id, body, deps: Vec::new() };
+        let job = StartJob {
+            tree: tree.clone(),
+            id,
+            body,
+            deps: Vec::new(),
+        };
         let mut post = Post::default();
         {
             let mut st = tree.state.lock();
             if !fast {
                 let now = inner.now();
-                let _ = st.forest.set_status_message(now, id, Some("queued: waiting for a scheduler slot".to_owned()));
+                let _ = st.forest.set_status_message(
+                    now,
+                    id,
+                    Some("queued: waiting for a scheduler slot".to_owned()),
+                );
             }
             inner.absorb(&mut st, &mut post);
         }
@@ -155,7 +183,9 @@ impl Runtime {
     }
 
     fn tree(&self, id: TaskId) -> Result<Arc<TreeCell>, RuntimeError> {
-        self.inner.tree_of(id).ok_or(RuntimeError::Transition(crate::core::TransitionError::UnknownTask(id)))
+        self.inner.tree_of(id).ok_or(RuntimeError::Transition(
+            crate::core::TransitionError::UnknownTask(id),
+        ))
     }
 
     /// The task as `view` sees it, in O(1) (plus its payload size).
@@ -173,7 +203,9 @@ impl Runtime {
     /// Unknown task; paused task (resume first).
     pub fn update(&self, id: TaskId, responses: InputResponses) -> Result<Vec<String>, RuntimeError> {
         let tree = self.tree(id)?;
-        Ok(self.inner.with_tree(&tree, |st, now, _| st.forest.answer_input(now, id, responses))?)
+        Ok(self
+            .inner
+            .with_tree(&tree, |st, now, _| st.forest.answer_input(now, id, responses))?)
     }
 
     /// `tasks/cancel`: cancels the task and its subtree (leaves first).
@@ -183,7 +215,9 @@ impl Runtime {
     /// Unknown task.
     pub fn cancel(&self, id: TaskId) -> Result<CancelOutcome, RuntimeError> {
         let tree = self.tree(id)?;
-        Ok(self.inner.with_tree(&tree, |st, now, _| st.forest.cancel(now, id))?)
+        Ok(self
+            .inner
+            .with_tree(&tree, |st, now, _| st.forest.cancel(now, id))?)
     }
 
     /// `tasks/steer`: queues a message for the task's next safe point.
@@ -195,7 +229,9 @@ impl Runtime {
     pub fn steer(&self, id: TaskId, message: impl Into<String>) -> Result<(), RuntimeError> {
         let tree = self.tree(id)?;
         let message = message.into();
-        Ok(self.inner.with_tree(&tree, |st, now, _| st.forest.steer(now, id, message))?)
+        Ok(self
+            .inner
+            .with_tree(&tree, |st, now, _| st.forest.steer(now, id, message))?)
     }
 
     /// `tasks/pause`: pauses the task and its live descendants; returns the
@@ -207,7 +243,9 @@ impl Runtime {
     pub fn pause(&self, id: TaskId, view: ClientView) -> Result<DetailedTask, RuntimeError> {
         let tree = self.tree(id)?;
         Ok(self.inner.with_tree(&tree, |st, now, _| {
-            st.forest.pause(now, id).map(|_| st.forest.snapshot(id, view).expect("the task was just paused"))
+            st.forest
+                .pause(now, id)
+                .map(|_| st.forest.snapshot(id, view).expect("the task was just paused"))
         })?)
     }
 
@@ -220,7 +258,9 @@ impl Runtime {
     pub fn resume(&self, id: TaskId, view: ClientView) -> Result<DetailedTask, RuntimeError> {
         let tree = self.tree(id)?;
         Ok(self.inner.with_tree(&tree, |st, now, _| {
-            st.forest.resume(now, id).map(|()| st.forest.snapshot(id, view).expect("the task was just resumed"))
+            st.forest
+                .resume(now, id)
+                .map(|()| st.forest.snapshot(id, view).expect("the task was just resumed"))
         })?)
     }
 
@@ -231,7 +271,9 @@ impl Runtime {
     /// Unknown task, not a root, or not terminal.
     pub fn delete_tree(&self, root: TaskId) -> Result<(), RuntimeError> {
         let tree = self.tree(root)?;
-        Ok(self.inner.with_tree(&tree, |st, now, _| st.forest.delete_tree(now, root))?)
+        Ok(self
+            .inner
+            .with_tree(&tree, |st, now, _| st.forest.delete_tree(now, root))?)
     }
 
     /// Number of retrievable tasks.
@@ -248,13 +290,21 @@ impl Runtime {
     /// subtree in `childTaskIds` order, then the parent; each exactly once,
     /// as soon as the order allows. Ends after the root (or if the tree is
     /// deleted).
-    pub fn results(&self, root: TaskId, view: ClientView) -> impl Stream<Item = DetailedTask> + Send + 'static {
+    pub fn results(
+        &self,
+        root: TaskId,
+        view: ClientView,
+    ) -> impl Stream<Item = DetailedTask> + Send + 'static {
         struct S {
             tree: Option<Arc<TreeCell>>,
             cursor: ResultCursor,
             buf: VecDeque<DetailedTask>,
         }
-        let s = S { tree: self.inner.tree_of(root), cursor: ResultCursor::new(root), buf: VecDeque::new() };
+        let s = S {
+            tree: self.inner.tree_of(root),
+            cursor: ResultCursor::new(root),
+            buf: VecDeque::new(),
+        };
         futures::stream::unfold(s, move |mut s| async move {
             loop {
                 if let Some(t) = s.buf.pop_front() {
@@ -287,7 +337,11 @@ impl Runtime {
     /// Intermediate snapshots may coalesce under load; the final (terminal)
     /// one is never dropped. Each task's stream ends after its terminal
     /// snapshot (or when its tree is deleted); unknown ids yield nothing.
-    pub fn subscribe(&self, ids: &[TaskId], view: ClientView) -> impl Stream<Item = DetailedTask> + Send + 'static {
+    pub fn subscribe(
+        &self,
+        ids: &[TaskId],
+        view: ClientView,
+    ) -> impl Stream<Item = DetailedTask> + Send + 'static {
         let streams: Vec<_> = ids.iter().map(|&id| Box::pin(self.watch(id, view))).collect();
         futures::stream::select_all(streams)
     }
@@ -298,7 +352,11 @@ impl Runtime {
             last: Option<DetailedTask>,
             done: bool,
         }
-        let s = S { tree: self.inner.tree_of(id), last: None, done: false };
+        let s = S {
+            tree: self.inner.tree_of(id),
+            last: None,
+            done: false,
+        };
         futures::stream::unfold(s, move |mut s| async move {
             loop {
                 if s.done {
@@ -312,7 +370,7 @@ impl Runtime {
                     n.enable();
                 }
                 let snap = tree.state.lock().forest.snapshot(id, view);
-                let Some(snap) = snap else { return None };
+                let snap = snap?;
                 if s.last.as_ref() != Some(&snap) {
                     s.done = snap.status().is_terminal();
                     s.last = Some(snap.clone());

@@ -23,7 +23,9 @@ use crate::model::TaskId;
 pub(crate) fn check_after(siblings: &[TaskId], after: &[TaskId]) -> Result<(), TaskError> {
     for dep in after {
         if !siblings.contains(dep) {
-            return Err(TaskError::Rejected(RuntimeError::InvalidDependency { dependency: *dep }));
+            return Err(TaskError::Rejected(RuntimeError::InvalidDependency {
+                dependency: *dep,
+            }));
         }
     }
     Ok(())
@@ -61,7 +63,9 @@ pub struct SubtaskPlan {
 
 impl std::fmt::Debug for SubtaskPlan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.steps.iter().map(|s| (&s.name, &s.after))).finish()
+        f.debug_list()
+            .entries(self.steps.iter().map(|s| (&s.name, &s.after)))
+            .finish()
     }
 }
 
@@ -93,7 +97,12 @@ impl SubtaskPlan {
     /// `DependencyCycle` naming the steps on a cycle; `InvalidDependency`-like
     /// `DependencyCycle` with one name for an `after` naming an unknown step.
     pub fn order(&self) -> Result<Vec<usize>, RuntimeError> {
-        let index: HashMap<&str, usize> = self.steps.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+        let index: HashMap<&str, usize> = self
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.as_str(), i))
+            .collect();
         let mut graph = DiGraphMap::<usize, ()>::new();
         for i in 0..self.steps.len() {
             graph.add_node(i);
@@ -101,7 +110,9 @@ impl SubtaskPlan {
         for (i, s) in self.steps.iter().enumerate() {
             for dep in &s.after {
                 let Some(&d) = index.get(dep.as_str()) else {
-                    return Err(RuntimeError::DependencyCycle { steps: vec![format!("unknown step {dep:?}")] });
+                    return Err(RuntimeError::DependencyCycle {
+                        steps: vec![format!("unknown step {dep:?}")],
+                    });
                 };
                 graph.add_edge(d, i, ());
             }
@@ -111,7 +122,9 @@ impl SubtaskPlan {
                 .into_iter()
                 .find(|scc| scc.len() > 1 || scc.iter().any(|n| graph.contains_edge(*n, *n)))
                 .unwrap_or_default();
-            RuntimeError::DependencyCycle { steps: cycle.into_iter().map(|i| self.steps[i].name.clone()).collect() }
+            RuntimeError::DependencyCycle {
+                steps: cycle.into_iter().map(|i| self.steps[i].name.clone()).collect(),
+            }
         })
     }
 

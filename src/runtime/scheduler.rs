@@ -45,7 +45,11 @@ impl Scheduler {
         Scheduler {
             max_running: max_running.max(1),
             per_tree: per_tree.max(1),
-            state: Mutex::new(SchedState { running: 0, trees: IdMap::default(), rr: VecDeque::new() }),
+            state: Mutex::new(SchedState {
+                running: 0,
+                trees: IdMap::default(),
+                rr: VecDeque::new(),
+            }),
         }
     }
 
@@ -57,7 +61,11 @@ impl Scheduler {
             return false;
         }
         let per_tree = self.per_tree;
-        let q = st.trees.entry(root).or_insert_with(|| TreeQueue { ready: VecDeque::new(), running: 0, in_rr: false });
+        let q = st.trees.entry(root).or_insert_with(|| TreeQueue {
+            ready: VecDeque::new(),
+            running: 0,
+            in_rr: false,
+        });
         if !q.ready.is_empty() || q.running >= per_tree {
             return false;
         }
@@ -70,7 +78,11 @@ impl Scheduler {
     /// that may run now.
     pub(crate) fn submit(&self, root: TaskId, job: Job, front: bool) -> Vec<(TaskId, Job)> {
         let mut st = self.state.lock();
-        let q = st.trees.entry(root).or_insert_with(|| TreeQueue { ready: VecDeque::new(), running: 0, in_rr: false });
+        let q = st.trees.entry(root).or_insert_with(|| TreeQueue {
+            ready: VecDeque::new(),
+            running: 0,
+            in_rr: false,
+        });
         if front {
             q.ready.push_front(job);
         } else {
@@ -111,7 +123,9 @@ impl Scheduler {
         let mut out = Vec::new();
         while st.running < self.max_running {
             let Some(root) = st.rr.pop_front() else { break };
-            let Some(q) = st.trees.get_mut(&root) else { continue };
+            let Some(q) = st.trees.get_mut(&root) else {
+                continue;
+            };
             if q.running >= self.per_tree {
                 q.in_rr = false;
                 continue;

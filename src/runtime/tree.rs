@@ -59,7 +59,14 @@ impl TreeState {
         if self.forest.task(id).is_none_or(TaskRecord::is_terminal) {
             return None;
         }
-        Some(self.rt.entry(id).or_default().notify.get_or_insert_with(|| Arc::new(Notify::new())).clone())
+        Some(
+            self.rt
+                .entry(id)
+                .or_default()
+                .notify
+                .get_or_insert_with(|| Arc::new(Notify::new()))
+                .clone(),
+        )
     }
 }
 
@@ -237,13 +244,18 @@ impl Inner {
                 .deps
                 .iter()
                 .filter_map(|d| {
-                    st.forest.task(*d).and_then(TaskOutcome::of).map(|outcome| DependencyOutcome { id: *d, outcome })
+                    st.forest
+                        .task(*d)
+                        .and_then(TaskOutcome::of)
+                        .map(|outcome| DependencyOutcome { id: *d, outcome })
                 })
                 .collect();
             let parent = st.forest.task(id).and_then(TaskRecord::parent);
             Some((job.body, deps, parent))
         });
-        let Some((body, deps, parent)) = started else { return false };
+        let Some((body, deps, parent)) = started else {
+            return false;
+        };
         let ctx = TaskContext::new(self.clone(), tree, id, parent, deps);
         tokio::spawn(ctx.supervise(body));
         true
@@ -252,7 +264,9 @@ impl Inner {
 
 /// A dependency of `dependent` became terminal.
 fn dependency_done(st: &mut TreeState, dependent: TaskId, post: &mut Post) {
-    let Some(rt) = st.rt.get_mut(&dependent) else { return };
+    let Some(rt) = st.rt.get_mut(&dependent) else {
+        return;
+    };
     rt.pending_deps = rt.pending_deps.saturating_sub(1);
     if rt.pending_deps == 0
         && let Some(job) = rt.job.take()
