@@ -324,6 +324,13 @@ impl TaskContext {
         });
     }
 
+    /// Clears the status message (a completed task then shows none).
+    pub fn clear_status_message(&self) {
+        self.with(|st, now, _| {
+            let _ = st.forest.set_status_message(now, self.id, None);
+        });
+    }
+
     /// Whether a cancel was accepted (or a failure decided) for this task.
     pub fn is_cancelled(&self) -> bool {
         let st = self.tree.state.lock();
@@ -718,6 +725,17 @@ impl SubtaskHandle {
     /// The subtask's id.
     pub fn id(&self) -> TaskId {
         self.id
+    }
+
+    /// Cancels the subtask and its own subtree (`tasks/cancel` from inside
+    /// the parent). The subtask ends `cancelled` once its subtree is terminal.
+    ///
+    /// # Errors
+    ///
+    /// Never for a live handle; kept for symmetry with `Runtime::cancel`.
+    pub fn cancel(&self) -> Result<crate::core::CancelOutcome, RuntimeError> {
+        let id = self.id;
+        Ok(self.ctx.with(|st, now, _| st.forest.cancel(now, id))?)
     }
 
     /// Waits for the subtask to be terminal and returns its outcome.
