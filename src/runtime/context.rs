@@ -590,7 +590,10 @@ impl TaskContext {
                 .map(|r| r.children().to_vec())
                 .unwrap_or_default();
             super::plan::check_after(&children, &opts.after)?;
-            let id = st.forest.create_child(
+            if let Some(owner) = &st.owner {
+                owner.try_reserve().map_err(TaskError::Rejected)?;
+            }
+            let created = st.forest.create_child(
                 now,
                 parent,
                 ChildOptions {
@@ -598,7 +601,16 @@ impl TaskContext {
                     poll_interval_ms: opts.poll_interval_ms,
                     fail_fast: opts.fail_fast,
                 },
-            )?;
+            );
+            let id = match created {
+                Ok(id) => id,
+                Err(e) => {
+                    if let Some(owner) = &st.owner {
+                        owner.release();
+                    }
+                    return Err(e.into());
+                }
+            };
             let job = StartJob {
                 tree: tree.clone(),
                 id,

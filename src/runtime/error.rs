@@ -18,6 +18,11 @@ pub enum RuntimeError {
         /// The offending dependency.
         dependency: TaskId,
     },
+    /// The principal already has its maximum of live tasks.
+    TooManyLiveTasks {
+        /// The limit.
+        max: usize,
+    },
     /// A subtask plan's dependencies form a cycle.
     DependencyCycle {
         /// Names of the steps on the cycle, in order.
@@ -30,7 +35,7 @@ impl RuntimeError {
     pub fn error_code(&self) -> ErrorCode {
         match self {
             RuntimeError::Transition(e) => e.error_code(),
-            RuntimeError::UnknownTool(_) => ErrorCode::INVALID_PARAMS,
+            RuntimeError::UnknownTool(_) | RuntimeError::TooManyLiveTasks { .. } => ErrorCode::INVALID_PARAMS,
             RuntimeError::InvalidDependency { .. } | RuntimeError::DependencyCycle { .. } => {
                 ErrorCode::INTERNAL_ERROR
             }
@@ -48,6 +53,12 @@ impl fmt::Display for RuntimeError {
         match self {
             RuntimeError::Transition(e) => e.fmt(f),
             RuntimeError::UnknownTool(name) => write!(f, "unknown tool {name:?}"),
+            RuntimeError::TooManyLiveTasks { max } => {
+                write!(
+                    f,
+                    "limit of {max} live tasks for this principal reached; wait for some to finish"
+                )
+            }
             RuntimeError::InvalidDependency { dependency } => {
                 write!(
                     f,

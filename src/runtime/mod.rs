@@ -59,6 +59,7 @@ pub use plan::SubtaskPlan;
 use crate::core::{CancelOutcome, ClientView, Forest, IdMap, ResultCursor, RootOptions};
 use crate::model::{DetailedTask, InputResponses, JsonObject, TaskId};
 use inner::Inner;
+pub use tree::Owner;
 use tree::{HandlerBody, Post, StartJob, TreeCell, TreeState};
 
 /// The task runtime. Cheap to clone and share; every clone drives the same tasks.
@@ -114,6 +115,22 @@ impl Runtime {
         args: JsonObject,
         opts: RootOptions,
     ) -> Result<TaskId, RuntimeError> {
+        self.start_tool_owned(None, name, args, opts)
+    }
+
+    /// Starts the registered tool `name` as a root task owned by `owner`
+    /// (counted against its live-task limit, reported by [`Runtime::owner_of`]).
+    ///
+    /// # Errors
+    ///
+    /// `UnknownTool`; `TooManyLiveTasks`.
+    pub fn start_tool_owned(
+        &self,
+        owner: Option<Arc<Owner>>,
+        name: &str,
+        args: JsonObject,
+        opts: RootOptions,
+    ) -> Result<TaskId, RuntimeError> {
         let handler = self
             .inner
             .tools
@@ -121,7 +138,7 @@ impl Runtime {
             .get(name)
             .cloned()
             .ok_or_else(|| RuntimeError::UnknownTool(name.into()))?;
-        Ok(self.start_root(opts, Box::new(move |ctx| handler.call(ctx, args))))
+        self.start_root(owner, opts, Box::new(move |ctx| handler.call(ctx, args)))
     }
 
     /// Starts `f` as a root task. The task is retrievable when this returns.
@@ -130,11 +147,39 @@ impl Runtime {
         F: FnOnce(TaskContext) -> Fut + Send + 'static,
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
-        self.start_root(opts, Box::new(move |ctx| Box::pin(f(ctx))))
+        self.start_root(None, opts, Box::new(move |ctx| Box::pin(f(ctx))))
+            .expect("a root without an owner has no limit to hit")
     }
 
-    fn start_root(&self, mut opts: RootOptions, body: HandlerBody) -> TaskId {
+    /// Starts `f` as a root task owned by `owner`.
+    ///
+    /// # Errors
+    ///
+    /// `TooManyLiveTasks` when the owner is at its limit.
+    pub fn spawn_owned<F, Fut>(
+        &self,
+        owner: Option<Arc<Owner>>,
+        opts: RootOptions,
+        f: F,
+    ) -> Result<TaskId, RuntimeError>
+    where
+        F: FnOnce(TaskContext) -> Fut + Send + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.start_root(owner, opts, Box::new(move |ctx| Box::pin(f(ctx))))
+    }
+
+    /// Starts a boxed handler body as a root task owned by `owner`.
+    pub(crate) fn start_root(
+        &self,
+        owner: Option<Arc<Owner>>,
+        mut opts: RootOptions,
+        body: HandlerBody,
+    ) -> Result<TaskId, RuntimeError> {
         let inner = &self.inner;
+        if let Some(owner) = &owner {
+            owner.try_reserve()?;
+        }
         if opts.poll_interval_ms.is_none() {
             opts.poll_interval_ms = inner.config.default_poll_interval_ms;
         }
@@ -147,6 +192,7 @@ impl Runtime {
             state: Mutex::new(TreeState {
                 forest,
                 rt: IdMap::default(),
+                owner,
             }),
             changed: Notify::new(),
         });
@@ -179,7 +225,20 @@ impl Runtime {
         } else {
             inner.schedule(job, false);
         }
-        id
+        Ok(id)
+    }
+
+    /// The owner of the tree holding `id` (`None` for unknown ids and
+    /// unowned trees), in O(1).
+    pub fn owner_of(&self, id: TaskId) -> Option<Arc<Owner>> {
+        let tree = self.inner.tree_of(id)?;
+        let st = tree.state.lock();
+        st.owner.clone()
+    }
+
+    /// The root of the tree holding `id`, in O(1).
+    pub fn root_of(&self, id: TaskId) -> Option<TaskId> {
+        self.inner.tree_of(id).map(|t| t.root)
     }
 
     fn tree(&self, id: TaskId) -> Result<Arc<TreeCell>, RuntimeError> {

@@ -8,12 +8,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::context::{DependencyOutcome, HandlerResult, TaskContext, TaskOutcome};
+use super::error::RuntimeError;
 use super::inner::Inner;
 use super::scheduler::Job;
 use crate::core::{Effect, Forest, IdMap, TaskRecord, TransitionError};
@@ -50,6 +52,58 @@ pub(crate) struct TaskRt {
 pub(crate) struct TreeState {
     pub(crate) forest: Forest,
     pub(crate) rt: IdMap<TaskRt>,
+    /// The principal that created the tree, if any.
+    pub(crate) owner: Option<Arc<Owner>>,
+}
+
+/// A principal that owns trees, with a limit on its live (non-terminal) tasks.
+#[derive(Debug)]
+pub struct Owner {
+    name: Arc<str>,
+    live: AtomicUsize,
+    max_live: usize,
+}
+
+impl Owner {
+    /// A principal allowed `max_live` non-terminal tasks at once.
+    pub fn new(name: impl Into<Arc<str>>, max_live: usize) -> Arc<Owner> {
+        Arc::new(Owner {
+            name: name.into(),
+            live: AtomicUsize::new(0),
+            max_live,
+        })
+    }
+
+    /// The principal's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Non-terminal tasks it owns now.
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// The limit on live tasks.
+    pub fn max_live(&self) -> usize {
+        self.max_live
+    }
+
+    /// Reserves one live task, or says the limit is reached.
+    pub(crate) fn try_reserve(&self) -> Result<(), RuntimeError> {
+        let before = self.live.fetch_add(1, Ordering::AcqRel);
+        if before >= self.max_live {
+            self.live.fetch_sub(1, Ordering::AcqRel);
+            return Err(RuntimeError::TooManyLiveTasks { max: self.max_live });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn release(&self) {
+        let _ = self
+            .live
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
+    }
 }
 
 impl TreeState {
@@ -129,6 +183,9 @@ impl Inner {
                 Effect::Changed { id, to, .. } => {
                     post.tree_changed = true;
                     if to.is_terminal() {
+                        if let Some(owner) = &st.owner {
+                            owner.release();
+                        }
                         if let Some(rt) = st.rt.remove(&id) {
                             post.notify.extend(rt.notify);
                             for d in rt.dependents {
