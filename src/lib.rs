@@ -11,4 +11,5 @@
 
 pub mod core;
 pub mod model;
+pub mod server;
 pub mod runtime;

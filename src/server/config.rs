@@ -1,0 +1,58 @@
+//! Server configuration and limits.
+
+use std::time::Duration;
+
+/// Limits, each with a safe default and a clear error when hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Largest accepted request body in bytes (HTTP 413 / -32600 beyond).
+    pub max_body_bytes: usize,
+    /// Non-terminal tasks one principal may own at once.
+    pub max_live_tasks_per_principal: usize,
+    /// Task ids in one `subscriptions/listen` filter.
+    pub max_subscription_tasks: usize,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_body_bytes: 1 << 20,
+            max_live_tasks_per_principal: 10_000,
+            max_subscription_tasks: 1_000,
+        }
+    }
+}
+
+/// Configuration of a [`Server`](super::Server).
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Name in `serverInfo`.
+    pub name: String,
+    /// Version in `serverInfo`.
+    pub version: String,
+    /// Limits (tree depth, children per task and steer limits are the
+    /// runtime's `ForestConfig`).
+    pub limits: ServerLimits,
+    /// TTL of a task created by `tools/call` when the tool sets none.
+    pub default_task_ttl_ms: Option<u64>,
+    /// Hosts accepted in `Origin` and `Host` headers (besides loopback names).
+    pub allowed_hosts: Vec<String>,
+    /// Bearer tokens; `None` runs as one anonymous principal.
+    pub tokens: Option<super::TokenTable>,
+    /// Keep-alive comment interval on `subscriptions/listen` streams.
+    pub keep_alive: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            name: "subtask".to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            limits: ServerLimits::default(),
+            default_task_ttl_ms: Some(60 * 60 * 1000),
+            allowed_hosts: Vec::new(),
+            tokens: None,
+            keep_alive: Duration::from_secs(15),
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! Streamable HTTP (2026-07-28) with axum: `POST /mcp`, JSON responses, SSE
+//! for `subscriptions/listen`, Origin/Host validation against DNS
+//! rebinding, bearer tokens, a body size limit and graceful shutdown.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use futures::{StreamExt, stream};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::dispatch::{Incoming, Reply, RequestHeaders};
+use super::{Principal, Server};
+use crate::model::{ErrorCode, ErrorObject, JsonRpcError};
+
+#[derive(Clone)]
+struct AppState {
+    server: Server,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// The axum router serving the MCP endpoint at `/mcp`.
+///
+/// Streams end when `shutdown` turns `true`.
+pub fn router(server: Server, shutdown: watch::Receiver<bool>) -> Router {
+    Router::new()
+        .route("/mcp", axum::routing::any(endpoint))
+        .with_state(AppState { server, shutdown })
+}
+
+/// Serves `server` on `listener` until `shutdown` resolves, then stops
+/// accepting, ends open streams and waits for in-flight requests.
+///
+/// # Errors
+///
+/// I/O errors of the listener.
+///
+/// # Cancellation safety
+///
+/// Not cancellation safe: drive it to completion (it is the server's main loop).
+pub async fn serve(
+    server: Server,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (tx, rx) = watch::channel(false);
+    let app = router(server, rx);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            let _ = tx.send(true);
+        })
+        .await
+}
+
+fn json_response(status: u16, body: String) -> Response {
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+fn error_response(status: StatusCode, code: ErrorCode, message: &str) -> Response {
+    let body = serde_json::to_string(&JsonRpcError::new(None, ErrorObject::new(code, message)))
+        .expect("error responses serialize");
+    json_response(status.as_u16(), body)
+}
+
+/// Whether `host` (a `Host` header value or an Origin's host, with or
+/// without a port) names this machine or an allowed host.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let host = host.trim();
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, port)| {
+            if port.chars().all(|c| c.is_ascii_digit()) {
+                h
+            } else {
+                host
+            }
+        })
+    };
+    let name = name.to_ascii_lowercase();
+    matches!(name.as_str(), "localhost" | "127.0.0.1" | "::1")
+        || allowed.iter().any(|a| a.eq_ignore_ascii_case(&name))
+}
+
+fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
+    if origin == "null" {
+        return false;
+    }
+    let Some((_, rest)) = origin.split_once("://") else {
+        return false;
+    };
+    host_allowed(rest.split('/').next().unwrap_or(""), allowed)
+}
+
+fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+}
+
+async fn endpoint(State(state): State<AppState>, req: Request) -> Response {
+    let server = &state.server;
+    let config = server.config();
+    // DNS rebinding: the Host and any Origin must name this machine.
+    let headers = req.headers();
+    if let Some(host) = header_str(headers, "host")
+        && !host_allowed(&host, &config.allowed_hosts)
+    {
+        return error_response(
+            StatusCode::FORBIDDEN,
+            ErrorCode::INVALID_REQUEST,
+            "forbidden: Host is not allowed",
+        );
+    }
+    if let Some(origin) = header_str(headers, "origin")
+        && !origin_allowed(&origin, &config.allowed_hosts)
+    {
+        return error_response(
+            StatusCode::FORBIDDEN,
+            ErrorCode::INVALID_REQUEST,
+            "forbidden: Origin is not allowed",
+        );
+    }
+    if req.method() != Method::POST {
+        let mut resp = error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::INVALID_REQUEST,
+            "the MCP endpoint accepts POST only",
+        );
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return resp;
+    }
+    let principal = match &config.tokens {
+        None => Principal::anonymous(),
+        Some(tokens) => {
+            let bearer = header_str(headers, "authorization")
+                .and_then(|v| v.strip_prefix("Bearer ").map(|t| t.trim().to_owned()));
+            match bearer.as_deref().and_then(|t| tokens.authenticate(t)) {
+                Some(p) => p.clone(),
+                None => {
+                    let mut resp = error_response(
+                        StatusCode::UNAUTHORIZED,
+                        ErrorCode::INVALID_REQUEST,
+                        "unauthorized: missing or unknown bearer token",
+                    );
+                    resp.headers_mut()
+                        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                    return resp;
+                }
+            }
+        }
+    };
+    if let Some(ct) = header_str(headers, "content-type")
+        && !ct.to_ascii_lowercase().starts_with("application/json")
+    {
+        return error_response(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode::INVALID_REQUEST,
+            "Content-Type must be application/json",
+        );
+    }
+    let meta_headers = RequestHeaders {
+        protocol_version: header_str(headers, "mcp-protocol-version"),
+        method: header_str(headers, "mcp-method"),
+        name: header_str(headers, "mcp-name"),
+    };
+    let limit = config.limits.max_body_bytes;
+    let body: Bytes = match axum::body::to_bytes(req.into_body(), limit).await {
+        Ok(b) => b,
+        Err(_) => {
+            return error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorCode::INVALID_REQUEST,
+                &format!("request body is larger than the limit of {limit} bytes"),
+            );
+        }
+    };
+    let reply = server
+        .handle(Incoming {
+            body: &body,
+            headers: Some(meta_headers),
+            principal,
+        })
+        .await;
+    match reply {
+        Reply::Message { status, body } => json_response(status, body),
+        Reply::Accepted => {
+            let mut resp = Response::new(Body::empty());
+            *resp.status_mut() = StatusCode::ACCEPTED;
+            resp
+        }
+        Reply::Stream(messages) => sse(messages, config.keep_alive, state.shutdown.clone()),
+    }
+}
+
+/// An SSE response: one `data:` line per message, keep-alive comments in
+/// quiet periods, ended when the messages end or the server shuts down.
+fn sse(
+    messages: futures::stream::BoxStream<'static, String>,
+    keep_alive: Duration,
+    shutdown: watch::Receiver<bool>,
+) -> Response {
+    let body = stream::unfold(
+        (messages, shutdown),
+        move |(mut messages, mut shutdown)| async move {
+            let stopping = async {
+                while !*shutdown.borrow_and_update() {
+                    if shutdown.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            };
+            let chunk = tokio::select! {
+                m = messages.next() => format!("event: message\ndata: {}\n\n", m?),
+                () = tokio::time::sleep(keep_alive) => ":\n\n".to_owned(),
+                () = stopping => return None,
+            };
+            Some((Ok::<Bytes, Infallible>(Bytes::from(chunk)), (messages, shutdown)))
+        },
+    );
+    let mut resp = Response::new(Body::from_stream(body));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts_and_origins_are_allowed_others_are_not() {
+        let none: Vec<String> = Vec::new();
+        for ok in [
+            "localhost",
+            "localhost:8750",
+            "127.0.0.1:1",
+            "[::1]:80",
+            "LOCALHOST",
+        ] {
+            assert!(host_allowed(ok, &none), "{ok}");
+        }
+        for bad in [
+            "evil.example.com",
+            "evil.example.com:80",
+            "127.0.0.1.evil.com",
+            "10.0.0.1",
+        ] {
+            assert!(!host_allowed(bad, &none), "{bad}");
+        }
+        assert!(origin_allowed("http://127.0.0.1:8750", &none));
+        assert!(!origin_allowed("http://evil.example.com", &none));
+        assert!(!origin_allowed("null", &none));
+        assert!(host_allowed("mcp.internal:443", &["mcp.internal".to_owned()]));
+    }
+}

@@ -1,0 +1,127 @@
+//! The MCP endpoint: 2026-07-28 stateless requests over Streamable HTTP
+//! (axum) and stdio, the tasks extension with subtasks, steer and pause.
+//!
+//! This layer validates and dispatches requests, authenticates principals
+//! and enforces limits; it holds no lifecycle logic (that is the core's).
+
+mod auth;
+mod config;
+mod dispatch;
+pub mod http;
+mod mrtr;
+pub mod stdio;
+mod tool;
+
+use std::sync::Arc;
+
+pub use auth::{Principal, TokenTable};
+pub use config::{ServerConfig, ServerLimits};
+pub use dispatch::{Incoming, LEGACY_VERSIONS, Reply, RequestHeaders, status_for};
+pub use tool::{
+    PromptSpec, RegisteredPrompt, RegisteredTool, TaskBody, TaskSupport, Tool, ToolCall, ToolOutcome,
+    ToolSpec, elicitation, error_result, text_result,
+};
+
+use crate::runtime::Runtime;
+
+/// An MCP server over a [`Runtime`]. Cheap to clone.
+#[derive(Clone)]
+pub struct Server {
+    pub(crate) inner: Arc<ServerInner>,
+}
+
+pub(crate) struct ServerInner {
+    pub(crate) runtime: Runtime,
+    pub(crate) config: ServerConfig,
+    pub(crate) tools: Vec<RegisteredTool>,
+    pub(crate) prompts: Vec<RegisteredPrompt>,
+    pub(crate) state_key: mrtr::StateKey,
+    pub(crate) owners: auth::Owners,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field(
+                "tools",
+                &self.inner.tools.iter().map(|t| &t.spec.name).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// Builds a [`Server`]: register tools and prompts, then `build`.
+pub struct ServerBuilder {
+    runtime: Runtime,
+    config: ServerConfig,
+    tools: Vec<RegisteredTool>,
+    prompts: Vec<RegisteredPrompt>,
+}
+
+impl ServerBuilder {
+    /// Registers a tool; `tools/list` lists tools in registration order.
+    ///
+    /// # Panics
+    ///
+    /// If a tool with the same name is already registered.
+    #[must_use]
+    pub fn tool(mut self, spec: ToolSpec, tool: impl Tool) -> Self {
+        assert!(
+            self.tools.iter().all(|t| t.spec.name != spec.name),
+            "tool {:?} registered twice",
+            spec.name
+        );
+        self.tools.push(RegisteredTool {
+            spec,
+            tool: Arc::new(tool),
+        });
+        self
+    }
+
+    /// Registers a prompt (answers `prompts/get`; enables the `prompts` capability).
+    #[must_use]
+    pub fn prompt(mut self, spec: PromptSpec, prompt: impl Tool) -> Self {
+        self.prompts.push(RegisteredPrompt {
+            spec,
+            prompt: Arc::new(prompt),
+        });
+        self
+    }
+
+    /// The server.
+    pub fn build(self) -> Server {
+        let owners = auth::Owners::new(self.config.limits.max_live_tasks_per_principal);
+        Server {
+            inner: Arc::new(ServerInner {
+                runtime: self.runtime,
+                state_key: mrtr::StateKey::random(),
+                owners,
+                config: self.config,
+                tools: self.tools,
+                prompts: self.prompts,
+            }),
+        }
+    }
+}
+
+impl Server {
+    /// A builder over `runtime`.
+    pub fn builder(runtime: Runtime, config: ServerConfig) -> ServerBuilder {
+        ServerBuilder {
+            runtime,
+            config,
+            tools: Vec::new(),
+            prompts: Vec::new(),
+        }
+    }
+
+    /// The runtime the server drives.
+    pub fn runtime(&self) -> &Runtime {
+        &self.inner.runtime
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+}

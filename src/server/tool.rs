@@ -1,0 +1,243 @@
+//! What a server author registers: tools (and prompts), each answering a call
+//! with a result, an MRTR input round, a task, or an error.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use crate::model::{
+    ClientCapabilities, ErrorObject, InputRequests, InputResponses, JsonObject, TasksCapability,
+};
+use crate::runtime::{HandlerResult, TaskContext};
+
+/// Whether a tool runs as a task (a server-side rule; the wire has no field for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskSupport {
+    /// Never a task: always answered synchronously.
+    Forbidden,
+    /// A task for clients that declared the tasks extension; run to completion
+    /// and answered synchronously for the others.
+    Optional,
+    /// Only as a task: clients without the tasks extension get `-32021`
+    /// before the tool runs.
+    Required,
+}
+
+/// How a tool is listed in `tools/list`.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    /// Unique name (`^[A-Za-z0-9_.-]{1,128}$`).
+    pub name: String,
+    /// Human-readable description (non-empty).
+    pub description: String,
+    /// JSON Schema of the arguments (`type: "object"`).
+    pub input_schema: JsonObject,
+    /// Task support.
+    pub task_support: TaskSupport,
+}
+
+impl ToolSpec {
+    /// A spec with an object schema built from `schema` (a JSON object value).
+    ///
+    /// # Panics
+    ///
+    /// If `schema` is not a JSON object (a programming error in the tool table).
+    pub fn new(name: &str, description: &str, schema: Value, task_support: TaskSupport) -> Self {
+        ToolSpec {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            input_schema: JsonObject::from_value(schema).expect("a tool's input schema is a JSON object"),
+            task_support,
+        }
+    }
+}
+
+/// One `tools/call` (or `prompts/get`) round as the tool sees it.
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    /// The tool (or prompt) name.
+    pub name: String,
+    /// `arguments` (empty when absent).
+    pub arguments: JsonObject,
+    /// MRTR answers to the input requests of the previous round.
+    pub input_responses: Option<InputResponses>,
+    /// The state this tool returned with the previous round, verified by the
+    /// server (clients cannot forge or alter it).
+    pub request_state: Option<Value>,
+    /// The capabilities the client declared on this request.
+    pub client_capabilities: ClientCapabilities,
+    /// The request's tasks extension capability, if declared.
+    pub tasks: Option<TasksCapability>,
+}
+
+impl ToolCall {
+    /// A string argument.
+    pub fn str_arg(&self, key: &str) -> Option<&str> {
+        self.arguments.get(key).and_then(Value::as_str)
+    }
+
+    /// An integer argument.
+    pub fn i64_arg(&self, key: &str) -> Option<i64> {
+        self.arguments.get(key).and_then(Value::as_i64)
+    }
+
+    /// A number argument (integers included).
+    pub fn f64_arg(&self, key: &str) -> Option<f64> {
+        self.arguments.get(key).and_then(Value::as_f64)
+    }
+
+    /// The answer to input request `key` from the previous round.
+    pub fn response(&self, key: &str) -> Option<&JsonObject> {
+        self.input_responses.as_ref().and_then(|r| r.get(key))
+    }
+
+    /// Whether the client declared the tasks extension on this request.
+    pub fn tasks_declared(&self) -> bool {
+        self.tasks.is_some()
+    }
+}
+
+/// The body of a task: runs in the runtime with a [`TaskContext`].
+pub type TaskBody = Box<dyn FnOnce(TaskContext) -> BoxFuture<'static, HandlerResult> + Send>;
+
+/// How a tool answers a call.
+pub enum ToolOutcome {
+    /// The final result, at once (`resultType: "complete"`).
+    Complete(JsonObject),
+    /// MRTR: the client must answer these requests and call again
+    /// (`InputRequiredResult`). `state` comes back verified in the next round.
+    InputRequired {
+        /// Requests by key (elicitation, sampling, roots).
+        input_requests: InputRequests,
+        /// Opaque state for the next round.
+        state: Option<Value>,
+    },
+    /// Run as a task.
+    Task {
+        /// The work.
+        body: TaskBody,
+        /// TTL of the task (the server's default when `None`).
+        ttl_ms: Option<u64>,
+    },
+    /// A JSON-RPC error for this request.
+    Error(ErrorObject),
+}
+
+impl std::fmt::Debug for ToolOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ToolOutcome::Complete(r) => f.debug_tuple("Complete").field(r).finish(),
+            ToolOutcome::InputRequired {
+                input_requests,
+                state,
+            } => f
+                .debug_struct("InputRequired")
+                .field("input_requests", input_requests)
+                .field("state", state)
+                .finish(),
+            ToolOutcome::Task { ttl_ms, .. } => f.debug_struct("Task").field("ttl_ms", ttl_ms).finish(),
+            ToolOutcome::Error(e) => f.debug_tuple("Error").field(e).finish(),
+        }
+    }
+}
+
+impl ToolOutcome {
+    /// A task running `f`.
+    pub fn task<F, Fut>(f: F) -> Self
+    where
+        F: FnOnce(TaskContext) -> Fut + Send + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        ToolOutcome::Task {
+            body: Box::new(move |ctx| Box::pin(f(ctx))),
+            ttl_ms: None,
+        }
+    }
+
+    /// A task running `f` with a TTL.
+    pub fn task_with_ttl<F, Fut>(ttl_ms: u64, f: F) -> Self
+    where
+        F: FnOnce(TaskContext) -> Fut + Send + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        ToolOutcome::Task {
+            body: Box::new(move |ctx| Box::pin(f(ctx))),
+            ttl_ms: Some(ttl_ms),
+        }
+    }
+}
+
+/// A tool (or prompt) implementation.
+pub trait Tool: Send + Sync + 'static {
+    /// Answers one call round.
+    fn call(&self, call: ToolCall) -> BoxFuture<'static, ToolOutcome>;
+}
+
+impl<F, Fut> Tool for F
+where
+    F: Fn(ToolCall) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ToolOutcome> + Send + 'static,
+{
+    fn call(&self, call: ToolCall) -> BoxFuture<'static, ToolOutcome> {
+        Box::pin(self(call))
+    }
+}
+
+/// A registered tool.
+#[derive(Clone)]
+pub struct RegisteredTool {
+    pub(crate) spec: ToolSpec,
+    pub(crate) tool: Arc<dyn Tool>,
+}
+
+/// How a prompt is listed in `prompts/list`.
+#[derive(Debug, Clone)]
+pub struct PromptSpec {
+    /// Unique name.
+    pub name: String,
+    /// Description.
+    pub description: String,
+    /// `arguments` entries as listed (`[{name, description, required}]`).
+    pub arguments: Vec<JsonObject>,
+}
+
+/// A registered prompt. Its [`Tool`] answers `prompts/get` rounds with
+/// `Complete(GetPromptResult)`, `InputRequired` or `Error` (never a task).
+#[derive(Clone)]
+pub struct RegisteredPrompt {
+    pub(crate) spec: PromptSpec,
+    pub(crate) prompt: Arc<dyn Tool>,
+}
+
+/// A `CallToolResult` with one text item.
+pub fn text_result(text: impl Into<String>) -> JsonObject {
+    JsonObject::from_value(serde_json::json!({
+        "content": [{"type": "text", "text": text.into()}],
+        "isError": false,
+    }))
+    .expect("a literal object")
+}
+
+/// A `CallToolResult` with one text item and `isError: true`.
+pub fn error_result(text: impl Into<String>) -> JsonObject {
+    JsonObject::from_value(serde_json::json!({
+        "content": [{"type": "text", "text": text.into()}],
+        "isError": true,
+    }))
+    .expect("a literal object")
+}
+
+/// An `elicitation/create` input request (form mode) with a flat schema.
+pub fn elicitation(message: &str, properties: Value, required: &[&str]) -> JsonObject {
+    JsonObject::from_value(serde_json::json!({
+        "method": "elicitation/create",
+        "params": {
+            "mode": "form",
+            "message": message,
+            "requestedSchema": {"type": "object", "properties": properties, "required": required},
+        },
+    }))
+    .expect("a literal object")
+}
