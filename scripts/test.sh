@@ -22,4 +22,7 @@ cargo clippy --all-targets --all-features -- -D warnings
 echo "== cargo test"
 cargo test --all-features
 
+echo "== official MCP conformance suite (installs Node 22 and the suite into .cache/)"
+bash scripts/conformance.sh
+
 echo "== scripts/test.sh: all steps passed"

@@ -22,7 +22,7 @@ use crate::model::{
     ClientCapabilities, DetailedTask, ErrorCode, ErrorObject, GetTaskResult, InputResponses, JsonObject,
     JsonRpcError, JsonRpcMessage, JsonRpcRequest, META_SUBSCRIPTION_ID, PROTOCOL_VERSION, RequestId,
     RequestMeta, SteerTaskParams, SubscriptionsListenParams, TASKS_EXTENSION, TaskId, TaskIdParams,
-    TaskPayload, TasksCapability, UpdateTaskParams,
+    TaskPayload, TasksCapability,
 };
 use crate::runtime::{Owner, RuntimeError};
 
@@ -348,16 +348,7 @@ impl Server {
         };
         let input_responses = match params.map(|p| p.get("inputResponses")) {
             None | Some(None) => None,
-            Some(Some(Value::Object(m))) => {
-                let mut out = InputResponses::new();
-                for (k, v) in m {
-                    let Value::Object(o) = v else {
-                        return Err(invalid(format!("inputResponses[{k:?}] must be an object")));
-                    };
-                    out.insert(k.clone(), JsonObject::from_map(o.clone()));
-                }
-                Some(out)
-            }
+            Some(Some(Value::Object(m))) => Some(responses_of(m)),
             Some(Some(_)) => return Err(invalid("`inputResponses` must be an object of responses")),
         };
         let request_state = match params.and_then(|p| p.get("requestState")) {
@@ -531,9 +522,13 @@ impl Server {
                 Ok(result_reply(&ctx.id, task_result(snap)))
             }
             "tasks/update" => {
-                let p: UpdateTaskParams = req.params_as()?;
+                let p: TaskIdParams = req.params_as()?;
+                let responses = match req.params.as_ref().and_then(|p| p.get("inputResponses")) {
+                    Some(Value::Object(m)) => responses_of(m),
+                    _ => return Err(invalid("`inputResponses` must be an object of responses")),
+                };
                 let id = self.visible_task(&p.task_id, &ctx.principal)?;
-                rt.update(id, p.input_responses).map_err(runtime_error)?;
+                rt.update(id, responses).map_err(runtime_error)?;
                 Ok(result_reply(&ctx.id, ack()))
             }
             "tasks/cancel" => {
@@ -694,6 +689,18 @@ impl RequestCtx {
             show_paused: self.tasks.is_some_and(|t| t.pause),
         }
     }
+}
+
+/// The responses of an `inputResponses` object. A value that is not an
+/// object cannot answer anything: it is dropped like an unknown key, so the
+/// tool asks again (or the key is ignored) rather than the request failing.
+fn responses_of(m: &serde_json::Map<String, Value>) -> InputResponses {
+    m.iter()
+        .filter_map(|(k, v)| match v {
+            Value::Object(o) => Some((k.clone(), JsonObject::from_map(o.clone()))),
+            _ => None,
+        })
+        .collect()
 }
 
 fn complete(result: JsonObject, legacy: bool) -> Value {
