@@ -6,10 +6,41 @@
 //!
 //! * [`model`]: the wire types.
 //! * [`core`]: the sans-IO task forest and its lifecycle state machine.
+//! * [`runtime`]: the tokio executor that runs handlers as task trees.
+//! * [`server`]: the MCP endpoint (Streamable HTTP and stdio).
+//! * [`demo`]: the demo tools of `subtask serve`.
+//!
+//! # Quickstart
+//!
+//! ```
+//! use subtask::core::{ClientView, RootOptions};
+//! use subtask::model::{JsonObject, TaskStatus};
+//! use subtask::runtime::{Runtime, RuntimeConfig, SubtaskOptions};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let rt = Runtime::new(RuntimeConfig::default());
+//! let root = rt.spawn(RootOptions::default(), |ctx| async move {
+//!     let search = ctx.spawn_subtask(SubtaskOptions::default(), |ctx| async move {
+//!         let _steers = ctx.checkpoint().await?; // a safe point: steers arrive, pause parks here
+//!         Ok(JsonObject::new())
+//!     })?;
+//!     let _read = ctx.spawn_subtask(SubtaskOptions::default().after(&[&search]), |ctx| async move {
+//!         let _search_outcome = &ctx.dependencies()[0];
+//!         Ok(JsonObject::new())
+//!     })?;
+//!     Ok(JsonObject::new()) // the root completes after its children
+//! });
+//! let done = rt.wait(root, ClientView::PAUSE_AWARE).await.unwrap();
+//! assert_eq!(done.status(), TaskStatus::Completed);
+//! assert_eq!(done.task().child_task_ids.len(), 2);
+//! # }
+//! ```
 #![deny(missing_docs)]
 #![deny(clippy::await_holding_lock)]
 
 pub mod core;
+pub mod demo;
 pub mod model;
-pub mod server;
 pub mod runtime;
+pub mod server;

@@ -1,31 +1,131 @@
-//! The `subtask` command line.
-//!
-//! Today it reports what the crate is; `subtask serve` and the client
-//! commands arrive with the server and client layers.
+//! The `subtask` command line: `subtask serve` runs the MCP server with the
+//! demo tools; the client commands arrive with the client layer.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use subtask::runtime::{Runtime, RuntimeConfig};
+use subtask::server::{Server, ServerConfig, TokenTable};
 
 /// subtask: hierarchical, long-running MCP tasks with subtasks, steering and pause/resume.
 #[derive(Debug, Parser)]
 #[command(name = "subtask", version, about)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the MCP server (Streamable HTTP at /mcp, or stdio) with the demo tools.
+    Serve {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8750")]
+        listen: SocketAddr,
+        /// Token file: one `TOKEN PRINCIPAL` per line. Without it the server
+        /// runs as one anonymous principal.
+        #[arg(long)]
+        tokens: Option<PathBuf>,
+        /// Serve on stdin/stdout instead of HTTP.
+        #[arg(long)]
+        stdio: bool,
+        /// Extra host names accepted in Host/Origin headers (loopback always is).
+        #[arg(long = "allow-host")]
+        allow_hosts: Vec<String>,
+    },
     /// Print the protocol surface this build implements.
     Info,
 }
 
-fn main() {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
     match cli.command {
-        Some(Command::Info) | None => {
+        Command::Info => {
             println!("subtask {}", env!("CARGO_PKG_VERSION"));
-            println!("extension: {}", subtask::model::TASKS_EXTENSION);
-            println!("layers: model, core (sans-IO lifecycle)");
+            println!("protocol: MCP 2026-07-28 (legacy initialize for 2025-11-25 and 2025-06-18)");
+            println!("extension: {} with steer and pause", subtask::model::TASKS_EXTENSION);
+            ExitCode::SUCCESS
+        }
+        Command::Serve { listen, tokens, stdio, allow_hosts } => {
+            let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("subtask: cannot start the async runtime: {e}");
+                    return ExitCode::from(3);
+                }
+            };
+            match rt.block_on(serve(listen, tokens, stdio, allow_hosts)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("subtask: {e}");
+                    ExitCode::from(3)
+                }
+            }
         }
     }
+}
+
+async fn serve(
+    listen: SocketAddr,
+    tokens: Option<PathBuf>,
+    stdio: bool,
+    allow_hosts: Vec<String>,
+) -> Result<(), String> {
+    let mut config = ServerConfig { allowed_hosts: allow_hosts, ..ServerConfig::default() };
+    match tokens {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
+            let table = TokenTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            tracing::info!(tokens = table.len(), "bearer tokens loaded; every task belongs to its principal");
+            config.tokens = Some(table);
+        }
+        None => tracing::warn!(
+            "no --tokens file: the server runs as one anonymous principal (anyone who can reach it sees every task)"
+        ),
+    }
+    let runtime = Runtime::new(RuntimeConfig::default());
+    let server = subtask::demo::register(Server::builder(runtime, config)).build();
+    if stdio {
+        tracing::info!("serving MCP on stdio");
+        return subtask::server::stdio::serve_stdio(server).await.map_err(|e| format!("stdio: {e}"));
+    }
+    let listener =
+        tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!("subtask listening on http://{addr}/mcp");
+    subtask::server::http::serve(server, listener, shutdown_signal()).await.map_err(|e| format!("http: {e}"))?;
+    tracing::info!("shut down cleanly");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    tracing::info!("shutdown signal received; finishing in-flight requests");
 }
