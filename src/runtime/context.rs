@@ -188,23 +188,44 @@ impl SlotCell {
         }
     }
 
-    async fn unblock(&self, inner: &Arc<Inner>) {
-        let need = {
-            let mut st = self.state.lock();
-            st.blocked = st.blocked.saturating_sub(1);
-            st.blocked == 0 && !st.holding
-        };
-        if !need {
+    /// Whether the last parked wait is ending without a slot (it must take
+    /// one before the handler runs on; it stays counted as blocked meanwhile).
+    fn last_wait_without_slot(&self) -> bool {
+        let st = self.state.lock();
+        st.blocked == 1 && !st.holding
+    }
+
+    /// Whether the handler may run only after taking a slot: it holds none
+    /// and is not inside a parked wait (which takes one itself on the way out).
+    fn needs_slot(&self) -> bool {
+        let st = self.state.lock();
+        st.blocked == 0 && !st.holding
+    }
+
+    /// Takes a slot. The scheduler marks the slot held when it grants it
+    /// ([`SlotCell::grant`]), so a slot granted to a handler that is dropped
+    /// before it runs again is still released on exit.
+    async fn acquire(self: &Arc<Self>, inner: &Arc<Inner>) {
+        if inner.sched.try_acquire(self.root) {
+            self.grant();
             return;
         }
-        if !inner.sched.try_acquire(self.root) {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let ready = inner.sched.submit(self.root, Job::Resume(tx), true);
-            inner.run_jobs(ready);
-            // A closed channel means the runtime dropped the job; run on.
-            let _ = rx.await;
-        }
-        self.state.lock().holding = true;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let ready = inner.sched.submit(self.root, Job::Resume(self.clone(), tx), true);
+        inner.run_jobs(ready);
+        // A closed channel means the runtime dropped the job; run on.
+        let _ = rx.await;
+    }
+
+    /// Records a slot as held (called by the scheduler as it grants one);
+    /// `false` when the handler already held one (the grant is surplus).
+    pub(crate) fn grant(&self) -> bool {
+        !std::mem::replace(&mut self.state.lock().holding, true)
+    }
+
+    /// Takes back a grant whose receiver was gone; returns whether it was held.
+    pub(crate) fn ungrant(&self) -> bool {
+        std::mem::replace(&mut self.state.lock().holding, false)
     }
 
     fn release_for_exit(&self, inner: &Arc<Inner>) {
@@ -216,17 +237,60 @@ impl SlotCell {
     }
 }
 
-/// Decrements the blocked count if a blocking wait is dropped midway.
+/// Polls a handler body only while it may run: holding a slot or inside a
+/// parked wait. A handler that dropped a parked wait midway (a `select!` or a
+/// timeout around a context call) takes a slot again before it runs on.
+struct Gated<F> {
+    body: std::pin::Pin<Box<F>>,
+    slot: Arc<SlotCell>,
+    inner: Arc<Inner>,
+    acquiring: Option<BoxFuture<'static, ()>>,
+}
+
+impl<F: Future> Future for Gated<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        loop {
+            if let Some(acq) = self.acquiring.as_mut() {
+                std::task::ready!(acq.as_mut().poll(cx));
+                self.acquiring = None;
+            }
+            if self.slot.needs_slot() {
+                let (slot, inner) = (self.slot.clone(), self.inner.clone());
+                self.acquiring = Some(Box::pin(async move { slot.acquire(&inner).await }));
+                continue;
+            }
+            return self.body.as_mut().poll(cx);
+        }
+    }
+}
+
+/// Ends a parked wait, also when its future is dropped midway (a `select!`
+/// or a timeout around a context call). A handler that abandons a wait
+/// without its slot back takes one at once, over the limit if need be: it
+/// runs on in the same poll, and a slot must never leak or be missing.
 struct BlockGuard<'a> {
     slot: &'a SlotCell,
-    armed: bool,
+    inner: &'a Arc<Inner>,
 }
 
 impl Drop for BlockGuard<'_> {
     fn drop(&mut self) {
-        if self.armed {
+        let force = {
             let mut st = self.slot.state.lock();
             st.blocked = st.blocked.saturating_sub(1);
+            let force = st.blocked == 0 && !st.holding;
+            if force {
+                st.holding = true;
+            }
+            force
+        };
+        if force {
+            self.inner.sched.force_acquire(self.slot.root);
         }
     }
 }
@@ -306,13 +370,14 @@ impl TaskContext {
     /// Runs `fut` with this handler's scheduler slot given back.
     async fn parked<F: Future>(&self, fut: F) -> F::Output {
         self.slot.block(&self.inner);
-        let mut guard = BlockGuard {
+        let _guard = BlockGuard {
             slot: &self.slot,
-            armed: true,
+            inner: &self.inner,
         };
         let out = fut.await;
-        guard.armed = false;
-        self.slot.unblock(&self.inner).await;
+        if self.slot.last_wait_without_slot() {
+            self.slot.acquire(&self.inner).await;
+        }
         out
     }
 
@@ -681,7 +746,13 @@ impl TaskContext {
         );
         let ctx = self.clone();
         async move {
-            let run = AssertUnwindSafe(body(ctx.clone())).catch_unwind();
+            let gated = Gated {
+                body: Box::pin(body(ctx.clone())),
+                slot: ctx.slot.clone(),
+                inner: ctx.inner.clone(),
+                acquiring: None,
+            };
+            let run = AssertUnwindSafe(gated).catch_unwind();
             let grace = ctx.inner.config.cancel_grace;
             let outcome = tokio::select! {
                 r = run => match r {

@@ -9,6 +9,9 @@ use std::collections::VecDeque;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
+use std::sync::Arc;
+
+use super::context::SlotCell;
 use super::tree::StartJob;
 use crate::core::IdMap;
 use crate::model::TaskId;
@@ -19,7 +22,7 @@ pub(crate) enum Job {
     Start(StartJob),
     /// Give a slot back to a handler that was parked (awaiting input, a
     /// subtask, or resume) and wants to continue.
-    Resume(oneshot::Sender<()>),
+    Resume(Arc<SlotCell>, oneshot::Sender<()>),
 }
 
 struct TreeQueue {
@@ -72,6 +75,21 @@ impl Scheduler {
         q.running += 1;
         st.running += 1;
         true
+    }
+
+    /// Takes a slot for `root` even above the limits (a handler that
+    /// abandoned a parked wait runs on at once; see `BlockGuard`).
+    pub(crate) fn force_acquire(&self, root: TaskId) {
+        let mut st = self.state.lock();
+        st.running += 1;
+        st.trees
+            .entry(root)
+            .or_insert_with(|| TreeQueue {
+                ready: VecDeque::new(),
+                running: 0,
+                in_rr: false,
+            })
+            .running += 1;
     }
 
     /// Queues a job (at the front for resumed handlers) and returns the jobs

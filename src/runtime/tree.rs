@@ -271,7 +271,17 @@ impl Inner {
         while let Some((root, job)) = ready.pop() {
             let used = match job {
                 Job::Start(job) => self.start_job(job),
-                Job::Resume(tx) => tx.send(()).is_ok(),
+                Job::Resume(slot, tx) => {
+                    // The grant and the ownership are one step: a handler
+                    // dropped right after this still releases the slot on exit.
+                    if slot.grant() {
+                        tx.send(()).is_ok() || !slot.ungrant()
+                    } else {
+                        // The handler already took a slot back: this one is surplus.
+                        let _ = tx.send(());
+                        false
+                    }
+                }
             };
             if !used {
                 ready.extend(self.sched.release(root));

@@ -1,0 +1,742 @@
+//! The engine benchmark: the subtask runtime side by side with rmcp 3.9's
+//! `TaskManager`, in the same process, each on a fresh tokio multi-thread
+//! runtime with 2 worker threads (the driving code itself runs in a task on
+//! those workers, so both sides get exactly two threads).
+//!
+//! Prints one line per figure (`name: value`), with the ratio where the peer
+//! exists, and context lines starting with `#`. Run with
+//! `cargo bench --bench engine`.
+//!
+//! Memory (`bytes_per_task`) is measured in a child process (this binary
+//! re-executed with `SUBTASK_BENCH_CHILD` set), so freed memory of other
+//! measurements cannot hide or inflate growth.
+
+use std::future::Future;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
+use subtask::core::{ClientView, RootOptions};
+use subtask::model::{JsonObject, TaskId, TaskStatus};
+use subtask::runtime::{Runtime, RuntimeConfig, SubtaskOptions, TaskError};
+
+const V: ClientView = ClientView::PAUSE_AWARE;
+/// TTL of every root on both sides: rmcp's default (5 minutes), long enough
+/// that nothing expires or is deleted during the run.
+const TTL_MS: u64 = 300_000;
+const CHILD_ENV: &str = "SUBTASK_BENCH_CHILD";
+
+// ----- helpers ---------------------------------------------------------------
+
+/// Runs `f` as a task on a fresh 2-worker tokio runtime and drops the runtime
+/// (and every task still parked on it) afterwards.
+fn run<F>(f: F) -> F::Output
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let out = rt.block_on(async { tokio::spawn(f).await.expect("benchmark task panicked") });
+    drop(rt);
+    out
+}
+
+/// splitmix64: a tiny deterministic generator for random ids and shuffles.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i + 1);
+            v.swap(i, j);
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    assert!(!v.is_empty());
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Resident set size from `/proc/self/statm` (4 KiB pages on x86-64).
+fn rss_bytes() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/statm").expect("read /proc/self/statm");
+    let pages: u64 = s
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .expect("statm rss field");
+    pages * 4096
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+fn root_opts() -> RootOptions {
+    RootOptions {
+        ttl_ms: Some(TTL_MS),
+        poll_interval_ms: None,
+    }
+}
+
+/// The trivial tool result on the subtask side: the same content as
+/// [`rmcp_result`] (one text block), built per call.
+fn subtask_result() -> JsonObject {
+    JsonObject::from_value(serde_json::json!({"content": [{"type": "text", "text": "ok"}], "isError": false}))
+        .expect("an object")
+}
+
+fn rmcp_result() -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text("ok")])
+}
+
+fn rmcp_opts() -> TaskOptions {
+    TaskOptions::new().with_ttl_ms(TTL_MS)
+}
+
+/// Waits until every task in `ids` is completed, by polling `get` (what a
+/// client does with `tasks/get`); the same loop is used for rmcp.
+async fn subtask_poll_completed(rt: &Runtime, ids: &[TaskId]) {
+    for &id in ids {
+        loop {
+            let status = rt.get(id, V).expect("known task").status();
+            if status.is_terminal() {
+                assert_eq!(status, TaskStatus::Completed);
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+async fn rmcp_poll_completed(tm: &TaskManager, ids: &[String]) {
+    for id in ids {
+        loop {
+            let status = tm.get_task(id).expect("known task").status();
+            if status.is_terminal() {
+                assert_eq!(status, rmcp::model::TaskStatus::Completed);
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// A trivial root task; its handler counts itself in `done` as it returns.
+fn subtask_spawn_trivial(rt: &Runtime, done: &Arc<AtomicUsize>) -> TaskId {
+    let done = done.clone();
+    rt.spawn(root_opts(), move |_ctx| async move {
+        let result = subtask_result();
+        done.fetch_add(1, Ordering::Relaxed);
+        Ok(result)
+    })
+}
+
+fn rmcp_spawn_trivial(tm: &TaskManager, done: &Arc<AtomicUsize>) -> String {
+    let done = done.clone();
+    tm.spawn(rmcp_opts(), move |_ctx| {
+        Box::pin(async move {
+            let result = rmcp_result();
+            done.fetch_add(1, Ordering::Relaxed);
+            Ok(result)
+        })
+    })
+    .task_id
+}
+
+/// Yields until `done` reaches `n` (handlers returned), so the `get` polls
+/// that follow cost one call per task on both sides (rmcp's `get_task`
+/// sweeps every task, so spinning on it would measure the spinning).
+async fn all_returned(done: &AtomicUsize, n: usize) {
+    while done.load(Ordering::Relaxed) < n {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Polls `f` every millisecond until it holds.
+async fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+// ----- create_complete_N -----------------------------------------------------
+
+struct CreateComplete {
+    subtask: f64,
+    rmcp: f64,
+    notes: Vec<String>,
+}
+
+/// Throughput of create + complete of `batch` trivial root tasks while
+/// `retained` earlier completed tasks are retained: spawn the batch, wait
+/// until every handler returned, then `get` each task until it shows
+/// `completed` (normally one `get` per task).
+/// subtask: `rounds` batches, each deleted (untimed) afterwards so the
+/// retained count stays at `retained`..`retained + batch`. rmcp has no
+/// delete, so each of its rounds uses a fresh manager pre-filled with
+/// `retained` tasks (same range of retained counts).
+fn create_complete(retained: usize, batch: usize, rounds: usize, rmcp_rounds: usize) -> CreateComplete {
+    let mut notes = Vec::new();
+    let subtask = run(async move {
+        let rt = Runtime::new(RuntimeConfig::default());
+        let done = Arc::new(AtomicUsize::new(0));
+        let pre: Vec<TaskId> = (0..retained).map(|_| subtask_spawn_trivial(&rt, &done)).collect();
+        subtask_poll_completed(&rt, &pre).await;
+        let mut rates = Vec::new();
+        for _ in 0..rounds {
+            done.store(0, Ordering::Relaxed);
+            let t0 = Instant::now();
+            let ids: Vec<TaskId> = (0..batch).map(|_| subtask_spawn_trivial(&rt, &done)).collect();
+            all_returned(&done, batch).await;
+            subtask_poll_completed(&rt, &ids).await;
+            rates.push(batch as f64 / t0.elapsed().as_secs_f64());
+            for id in ids {
+                rt.delete_tree(id).expect("delete a completed tree");
+            }
+        }
+        assert_eq!(rt.task_count(), retained);
+        median(rates)
+    });
+    let (rmcp, prefill) = run(async move {
+        let mut rates = Vec::new();
+        let mut prefill = Duration::ZERO;
+        let done = Arc::new(AtomicUsize::new(0));
+        for _ in 0..rmcp_rounds {
+            let tm = TaskManager::new();
+            let t0 = Instant::now();
+            for _ in 0..retained {
+                rmcp_spawn_trivial(&tm, &done);
+            }
+            // One sweep per check rather than one `get_task` (a sweep) per id.
+            until("the rmcp pre-fill to complete", || tm.running_task_count() == 0).await;
+            prefill += t0.elapsed();
+            done.store(0, Ordering::Relaxed);
+            let t0 = Instant::now();
+            let ids: Vec<String> = (0..batch).map(|_| rmcp_spawn_trivial(&tm, &done)).collect();
+            all_returned(&done, batch).await;
+            rmcp_poll_completed(&tm, &ids).await;
+            rates.push(batch as f64 / t0.elapsed().as_secs_f64());
+        }
+        (median(rates), prefill)
+    });
+    notes.push(format!(
+        "# create_complete_{}: batches of {batch} (subtask median of {rounds}, rmcp median of {rmcp_rounds}; \
+         rmcp pre-fill took {:.1} s)",
+        label(retained),
+        prefill.as_secs_f64()
+    ));
+    CreateComplete { subtask, rmcp, notes }
+}
+
+fn label(n: usize) -> String {
+    if n >= 1_000_000 && n % 1_000_000 == 0 {
+        format!("{}m", n / 1_000_000)
+    } else if n >= 1000 && n % 1000 == 0 {
+        format!("{}k", n / 1000)
+    } else {
+        n.to_string()
+    }
+}
+
+// ----- get_N_live ------------------------------------------------------------
+
+struct GetLive {
+    ns: f64,
+    spawn: Duration,
+    rss_growth: u64,
+}
+
+/// Median ns per `get` of a random id among `n` live (parked) root tasks,
+/// over `batches` batches of `per_batch` gets.
+fn subtask_get_live(n: usize, per_batch: usize, batches: usize) -> GetLive {
+    run(async move {
+        let config = RuntimeConfig {
+            max_running: n + 1024,
+            ..RuntimeConfig::default()
+        };
+        let rt = Runtime::new(config);
+        let started = Arc::new(AtomicUsize::new(0));
+        let rss0 = rss_bytes();
+        let t0 = Instant::now();
+        let ids: Vec<TaskId> = (0..n)
+            .map(|_| {
+                let started = started.clone();
+                rt.spawn(root_opts(), move |ctx| async move {
+                    started.fetch_add(1, Ordering::Relaxed);
+                    ctx.cancelled().await;
+                    Err(TaskError::Interrupted.into())
+                })
+            })
+            .collect();
+        until("handlers to start", || started.load(Ordering::Relaxed) == n).await;
+        let spawn = t0.elapsed();
+        let rss_growth = rss_bytes().saturating_sub(rss0);
+        assert_eq!(
+            rt.running_handlers(),
+            n,
+            "every handler holds a slot (none queued)"
+        );
+        let mut rng = Rng(0x5eed ^ n as u64);
+        // Verify what is measured: random tasks are live and working.
+        for _ in 0..1000 {
+            let t = rt.get(ids[rng.below(n)], V).expect("known task");
+            assert_eq!(t.status(), TaskStatus::Working);
+        }
+        let mut per_op = Vec::with_capacity(batches);
+        for _ in 0..batches {
+            let t0 = Instant::now();
+            for _ in 0..per_batch {
+                black_box(rt.get(ids[rng.below(n)], V));
+            }
+            per_op.push(t0.elapsed().as_nanos() as f64 / per_batch as f64);
+        }
+        GetLive {
+            ns: median(per_op),
+            spawn,
+            rss_growth,
+        }
+    })
+}
+
+/// Median ns per `get_task` of a random id among `n` live rmcp tasks, each
+/// get timed on its own (they take milliseconds).
+fn rmcp_get_live(n: usize, gets: usize) -> (f64, Duration) {
+    run(async move {
+        let tm = TaskManager::new();
+        let started = Arc::new(AtomicUsize::new(0));
+        let t0 = Instant::now();
+        let ids: Vec<String> = (0..n)
+            .map(|_| {
+                let started = started.clone();
+                tm.spawn(rmcp_opts(), move |ctx| {
+                    Box::pin(async move {
+                        started.fetch_add(1, Ordering::Relaxed);
+                        ctx.cancelled().await;
+                        Err(TaskExit::Cancelled)
+                    })
+                })
+                .task_id
+            })
+            .collect();
+        until("rmcp handlers to start", || started.load(Ordering::Relaxed) == n).await;
+        let spawn = t0.elapsed();
+        let mut rng = Rng(0xfeed ^ n as u64);
+        let mut per_op = Vec::with_capacity(gets);
+        for _ in 0..gets {
+            let id = &ids[rng.below(n)];
+            let t0 = Instant::now();
+            let t = tm.get_task(id).expect("known task");
+            per_op.push(t0.elapsed().as_nanos() as f64);
+            assert_eq!(t.status(), rmcp::model::TaskStatus::Working);
+        }
+        tm.shutdown();
+        (median(per_op), spawn)
+    })
+}
+
+// ----- cancel_subtree_100k ---------------------------------------------------
+
+struct CancelResult {
+    /// From `cancel(root)` until the root is `cancelled`.
+    total: Duration,
+    /// The synchronous `cancel` call alone.
+    call: Duration,
+    build: Duration,
+}
+
+/// A tree of 1 root, `mid` children and `leaves` grandchildren under each.
+/// `live`: every handler runs, parked on `ctx.cancelled()`; otherwise the
+/// per-tree limit stays at its default, the middle handlers return after
+/// spawning and the leaves wait queued (only the per-tree limit's worth run).
+fn cancel_subtree(mid: usize, leaves: usize, live: bool) -> CancelResult {
+    run(async move {
+        let total_tasks = 1 + mid + mid * leaves;
+        let mut config = RuntimeConfig::default();
+        config.forest.limits.max_children = config.forest.limits.max_children.max(leaves.max(mid) as u32);
+        if live {
+            config.max_running = total_tasks + 1024;
+            config.max_running_per_tree = total_tasks + 1024;
+        }
+        let rt = Runtime::new(config);
+        let started = Arc::new(AtomicUsize::new(0));
+        let spawned = Arc::new(AtomicUsize::new(0));
+        let (s, sp) = (started.clone(), spawned.clone());
+        let t0 = Instant::now();
+        let root = rt.spawn(root_opts(), move |ctx| async move {
+            for _ in 0..mid {
+                let (s, sp) = (s.clone(), sp.clone());
+                let _mid = ctx.spawn_subtask(SubtaskOptions::default(), move |ctx| async move {
+                    for _ in 0..leaves {
+                        let s = s.clone();
+                        let _leaf = ctx.spawn_subtask(SubtaskOptions::default(), move |ctx| async move {
+                            s.fetch_add(1, Ordering::Relaxed);
+                            ctx.cancelled().await;
+                            Err(TaskError::Interrupted.into())
+                        })?;
+                    }
+                    sp.fetch_add(1, Ordering::Relaxed);
+                    if live {
+                        ctx.cancelled().await;
+                        return Err(TaskError::Interrupted.into());
+                    }
+                    Ok(JsonObject::new())
+                })?;
+            }
+            ctx.cancelled().await;
+            Err(TaskError::Interrupted.into())
+        });
+        until("the tree to be built", || spawned.load(Ordering::Relaxed) == mid).await;
+        if live {
+            until("every leaf to start", || {
+                started.load(Ordering::Relaxed) == mid * leaves
+            })
+            .await;
+        }
+        assert_eq!(rt.task_count(), total_tasks);
+        let build = t0.elapsed();
+        let t0 = Instant::now();
+        let outcome = rt.cancel(root).expect("cancel the root");
+        let call = t0.elapsed();
+        assert_eq!(outcome, subtask::core::CancelOutcome::Accepted);
+        let done = rt.wait(root, V).await.expect("root is terminal");
+        let total = t0.elapsed();
+        assert_eq!(done.status(), TaskStatus::Cancelled);
+        // Spot-check: the first and the last grandchild are cancelled too.
+        let children = done.task().child_task_ids.clone();
+        for c in [children[0], children[children.len() - 1]] {
+            let c = rt.get(c, V).expect("child retained");
+            assert_eq!(c.status(), TaskStatus::Cancelled);
+            let g = c.task().child_task_ids.clone();
+            for g in [g[0], g[g.len() - 1]] {
+                assert_eq!(
+                    rt.get(g, V).expect("grandchild retained").status(),
+                    TaskStatus::Cancelled
+                );
+            }
+        }
+        CancelResult { total, call, build }
+    })
+}
+
+// ----- ordered_results_10k ---------------------------------------------------
+
+struct OrderedResult {
+    total: Duration,
+    out_of_order: usize,
+}
+
+/// A root with `n` children that complete in a shuffled order (each waits
+/// for its own release signal; the root releases them in random order once
+/// all have started). Times from `spawn(root)` until `results(root)` has
+/// yielded all `n + 1` tasks, and checks the order.
+fn ordered_results(n: usize, seed: u64) -> OrderedResult {
+    run(async move {
+        let config = RuntimeConfig {
+            max_running: n + 1024,
+            max_running_per_tree: n + 1024,
+            ..RuntimeConfig::default()
+        };
+        let rt = Runtime::new(config);
+        let completion_seq = Arc::new(AtomicUsize::new(0));
+        let started = Arc::new(AtomicUsize::new(0));
+        // Child index -> the position in which it completed.
+        let finished_at: Arc<Vec<AtomicUsize>> =
+            Arc::new((0..n).map(|_| AtomicUsize::new(usize::MAX)).collect());
+        let t0 = Instant::now();
+        let (seq, st, fin) = (completion_seq.clone(), started.clone(), finished_at.clone());
+        let root = rt.spawn(root_opts(), move |ctx| async move {
+            let mut senders = Vec::with_capacity(n);
+            for i in 0..n {
+                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+                senders.push(tx);
+                let (seq, st, fin) = (seq.clone(), st.clone(), fin.clone());
+                let _child = ctx.spawn_subtask(SubtaskOptions::default(), move |_ctx| async move {
+                    st.fetch_add(1, Ordering::Relaxed);
+                    let _ = rx.await;
+                    fin[i].store(seq.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+                    Ok(subtask_result())
+                })?;
+            }
+            while st.load(Ordering::Relaxed) < n {
+                tokio::task::yield_now().await;
+            }
+            let mut rng = Rng(seed);
+            rng.shuffle(&mut senders);
+            for (k, tx) in senders.into_iter().enumerate() {
+                let _ = tx.send(());
+                if k % 64 == 63 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            Ok(subtask_result())
+        });
+        let mut stream = Box::pin(rt.results(root, V));
+        let mut got = Vec::with_capacity(n + 1);
+        while let Some(t) = stream.next().await {
+            got.push(t);
+        }
+        let total = t0.elapsed();
+        assert_eq!(got.len(), n + 1, "results yielded every task");
+        let last = got.last().expect("the root");
+        assert_eq!(last.task().task_id, root, "the root comes last");
+        let children = &last.task().child_task_ids;
+        assert_eq!(children.len(), n);
+        for (i, t) in got[..n].iter().enumerate() {
+            assert_eq!(t.task().task_id, children[i], "result {i} is child {i}");
+            assert_eq!(t.status(), TaskStatus::Completed);
+        }
+        assert_eq!(last.status(), TaskStatus::Completed);
+        // How many children completed later than their successor: the
+        // completion order really was shuffled.
+        let fin: Vec<usize> = finished_at.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        let out_of_order = fin.windows(2).filter(|w| w[0] > w[1]).count();
+        OrderedResult { total, out_of_order }
+    })
+}
+
+// ----- bytes_per_task (child process) ----------------------------------------
+
+/// Runs in a child process: RSS growth per retained completed task, either
+/// `n` single-task trees (`single`) or one tree of `n` tasks (`tree`).
+fn memory_child(kind: &str, n: usize) {
+    let kind = kind.to_owned();
+    let per_task = run(async move {
+        let rt = Runtime::new(RuntimeConfig {
+            forest: subtask::core::ForestConfig {
+                limits: subtask::core::Limits {
+                    max_children: 100_000,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            ..RuntimeConfig::default()
+        });
+        // Warm up the runtime and the allocator, then remove the warm-up tasks.
+        let warm: Vec<TaskId> = (0..1000)
+            .map(|_| rt.spawn(root_opts(), |_ctx| async { Ok(JsonObject::new()) }))
+            .collect();
+        subtask_poll_completed(&rt, &warm).await;
+        for id in warm {
+            rt.delete_tree(id).expect("delete warm-up");
+        }
+        // The id list is bench overhead: make it resident before the baseline.
+        let mut ids = vec![TaskId::from_u128(1); n];
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let rss0 = rss_bytes();
+        let tasks = match kind.as_str() {
+            "single" | "single-no-ttl" | "single-await" => {
+                let opts = if kind == "single-no-ttl" {
+                    RootOptions::default()
+                } else {
+                    root_opts()
+                };
+                let awaits = kind == "single-await";
+                for chunk in ids.chunks_mut(10_000) {
+                    for slot in chunk.iter_mut() {
+                        *slot = rt.spawn(opts, move |_ctx| async move {
+                            if awaits {
+                                tokio::task::yield_now().await;
+                            }
+                            Ok(JsonObject::new())
+                        });
+                    }
+                    subtask_poll_completed(&rt, chunk).await;
+                }
+                rt.task_count()
+            }
+            "tree" => {
+                // 1 root, 200 children, (n / 200 - 1) grandchildren each.
+                let mid = 200;
+                let leaves = n / mid - 1;
+                let root = rt.spawn(root_opts(), move |ctx| async move {
+                    for _ in 0..mid {
+                        let _c = ctx.spawn_subtask(SubtaskOptions::default(), move |ctx| async move {
+                            for _ in 0..leaves {
+                                let _g = ctx.spawn_subtask(SubtaskOptions::default(), |_ctx| async {
+                                    Ok(JsonObject::new())
+                                })?;
+                            }
+                            Ok(JsonObject::new())
+                        })?;
+                    }
+                    Ok(JsonObject::new())
+                });
+                let done = rt.wait(root, V).await.expect("root terminal");
+                assert_eq!(done.status(), TaskStatus::Completed);
+                ids[0] = root;
+                rt.task_count()
+            }
+            other => panic!("unknown memory benchmark {other}"),
+        };
+        // Let finished handlers' memory be freed.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let rss1 = rss_bytes();
+        black_box(&ids);
+        (rss1.saturating_sub(rss0) as f64 / tasks as f64, tasks)
+    });
+    println!("mem: {} {}", per_task.0, per_task.1);
+}
+
+fn memory(kind: &str, n: usize) -> (f64, usize) {
+    let out = std::process::Command::new(std::env::current_exe().expect("current exe"))
+        .env(CHILD_ENV, format!("{kind}:{n}"))
+        .output()
+        .expect("run the memory child");
+    assert!(
+        out.status.success(),
+        "memory child failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("mem: "))
+        .expect("memory child output");
+    let mut parts = line.split_whitespace();
+    let bytes = parts.next().and_then(|v| v.parse().ok()).expect("bytes");
+    let tasks = parts.next().and_then(|v| v.parse().ok()).expect("tasks");
+    (bytes, tasks)
+}
+
+// ----- main ------------------------------------------------------------------
+
+fn main() {
+    if let Ok(spec) = std::env::var(CHILD_ENV) {
+        let (kind, n) = spec.split_once(':').expect("kind:n");
+        memory_child(kind, n.parse().expect("n"));
+        return;
+    }
+    let started = Instant::now();
+    println!("# load average at start: {}", load_average());
+    println!(
+        "# subtask runtime vs rmcp 3.9 TaskManager; tokio multi-thread, 2 workers each; roots with ttl {TTL_MS} ms \
+         on both sides (rmcp's default), nothing expires during the run"
+    );
+
+    // create_complete_N
+    for (retained, batch, rounds, rmcp_rounds) in [(1_000, 100, 300, 15), (30_000, 1_000, 30, 1)] {
+        let r = create_complete(retained, batch, rounds, rmcp_rounds);
+        for n in &r.notes {
+            println!("{n}");
+        }
+        println!(
+            "create_complete_{}: subtask={:.0} rmcp={:.0} ratio={:.1}",
+            label(retained),
+            r.subtask,
+            r.rmcp,
+            r.subtask / r.rmcp
+        );
+    }
+
+    // get_N_live
+    let (per_batch, batches) = (1000, 300);
+    let g30k = subtask_get_live(30_000, per_batch, batches);
+    let rmcp_gets = 200;
+    let (r30k, rmcp_spawn) = rmcp_get_live(30_000, rmcp_gets);
+    println!(
+        "# get_30k_live: subtask median over {batches} batches of {per_batch} random gets; rmcp median of \
+         {rmcp_gets} single gets (its live pre-fill took {:.1} s)",
+        rmcp_spawn.as_secs_f64()
+    );
+    println!(
+        "get_30k_live: subtask={:.0} rmcp={:.0} ratio={:.0}",
+        g30k.ns,
+        r30k,
+        r30k / g30k.ns
+    );
+    let g1k = subtask_get_live(1_000, per_batch, batches);
+    let g1m = subtask_get_live(1_000_000, per_batch, batches);
+    println!(
+        "# get_1m_live: 1,000,000 live root handlers parked on ctx.cancelled() (max_running raised to 1,001,024, \
+         none queued); spawned and started in {:.1} s, RSS growth {:.0} MiB",
+        g1m.spawn.as_secs_f64(),
+        mib(g1m.rss_growth)
+    );
+    println!("get_1m_live: subtask={:.0}", g1m.ns);
+    println!("# get_1k_live: subtask={:.0} ns", g1k.ns);
+    println!("get_flatness: {:.2}", g1m.ns / g1k.ns);
+
+    // cancel_subtree_100k
+    let runs: Vec<CancelResult> = (0..3).map(|_| cancel_subtree(100, 999, true)).collect();
+    let build = median(runs.iter().map(|r| r.build.as_secs_f64()).collect());
+    let call = median(runs.iter().map(|r| r.call.as_secs_f64() * 1e3).collect());
+    let total = median(runs.iter().map(|r| r.total.as_secs_f64() * 1e3).collect());
+    let queued = cancel_subtree(100, 999, false);
+    println!(
+        "# cancel_subtree_100k: root -> 100 children -> 999 grandchildren each (100,001 tasks), every handler \
+         live and parked on ctx.cancelled(); median of 3; build {build:.2} s; the cancel() call itself {call:.1} ms"
+    );
+    println!(
+        "# cancel_subtree_100k with queued leaves (default per-tree limit 64): {:.1} ms (cancel() call {:.1} ms)",
+        queued.total.as_secs_f64() * 1e3,
+        queued.call.as_secs_f64() * 1e3
+    );
+    println!("cancel_subtree_100k: subtask={total:.1}");
+
+    // bytes_per_task
+    let (single, single_n) = memory("single", 200_000);
+    let (no_ttl, _) = memory("single-no-ttl", 200_000);
+    let (awaiting, _) = memory("single-await", 200_000);
+    let (tree, tree_n) = memory("tree", 200_000);
+    println!(
+        "# bytes_per_task: RSS growth (statm) per retained completed task, {single_n} single-task trees (ttl \
+         {TTL_MS} ms), handler returns {{}} at its first poll, measured in a fresh child process"
+    );
+    println!("# bytes_per_task, same without a ttl: {no_ttl:.0}");
+    println!(
+        "# bytes_per_task, same with ttl but the handler awaits once (yield_now) before returning: {awaiting:.0}"
+    );
+    println!(
+        "# bytes_per_task inside one tree (1 root, 200 children, 999 grandchildren each; {tree_n} tasks): {tree:.0}"
+    );
+    println!("bytes_per_task: subtask={single:.0}");
+
+    // ordered_results_10k
+    let runs: Vec<OrderedResult> = (0..5).map(|i| ordered_results(10_000, 0xabcd + i)).collect();
+    let total = median(runs.iter().map(|r| r.total.as_secs_f64() * 1e3).collect());
+    let ooo = runs.iter().map(|r| r.out_of_order).min().unwrap_or(0);
+    println!(
+        "# ordered_results_10k: 10,000 children released in shuffled order (>= {ooo} of 9,999 adjacent pairs \
+         completed out of order), order verified; median of 5"
+    );
+    println!("ordered_results_10k: subtask={total:.1}");
+    println!(
+        "# total bench time {:.0} s; load average at end: {} (2 cores; a shared machine inflates wall times)",
+        started.elapsed().as_secs_f64(),
+        load_average()
+    );
+}
