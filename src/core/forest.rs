@@ -45,8 +45,10 @@ pub type IdMap<V> = HashMap<TaskId, V, BuildHasherDefault<IdHasher>>;
 /// A timer in the ordered deadline structure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Timer {
-    /// The task's TTL elapses: fail it if it is not terminal.
-    Expire(TaskId),
+    /// The task's TTL elapses: fail it if it is not terminal. Ordered by
+    /// depth first, so at equal deadlines ancestors fire before descendants
+    /// (a parent's own expiry wins over a fail-fast child expiring with it).
+    Expire(u32, TaskId),
     /// Delete the tree rooted here.
     Delete(TaskId),
 }
@@ -214,7 +216,7 @@ impl Forest {
     /// Whether `(at, timer)` is still armed on its task.
     pub(crate) fn timer_is_live(&self, at: Timestamp, timer: Timer) -> bool {
         match timer {
-            Timer::Expire(id) => self.tasks.get(&id).is_some_and(|r| r.expiry_timer == Some(at)),
+            Timer::Expire(_, id) => self.tasks.get(&id).is_some_and(|r| r.expiry_timer == Some(at)),
             Timer::Delete(id) => self.tasks.get(&id).is_some_and(|r| r.delete_timer == Some(at)),
         }
     }
@@ -329,16 +331,27 @@ impl Forest {
     /// `Persist` once for every task the command modified.
     pub(crate) fn end(&mut self) {
         let now = self.now;
-        for (id, from) in std::mem::take(&mut self.touched) {
-            if let Some(rec) = self.tasks.get_mut(&id) {
-                rec.last_updated_at = now;
-                self.effects.push_back(Effect::Changed {
-                    id,
-                    from,
-                    to: rec.status(),
-                });
-                self.effects.push_back(Effect::Persist { id });
+        let touched = std::mem::take(&mut self.touched);
+        // Terminal tasks are reported deepest first, so a task's terminal
+        // `Changed` always follows its children's (I6).
+        let mut terminal: Vec<(u32, TaskId, TaskStatus, TaskStatus)> = Vec::new();
+        for (id, from) in touched {
+            let Some(rec) = self.tasks.get_mut(&id) else {
+                continue;
+            };
+            rec.last_updated_at = now;
+            let to = rec.status();
+            if to.is_terminal() {
+                terminal.push((rec.depth, id, from, to));
+                continue;
             }
+            self.effects.push_back(Effect::Changed { id, from, to });
+            self.effects.push_back(Effect::Persist { id });
+        }
+        terminal.sort_by_key(|t| std::cmp::Reverse(t.0));
+        for (_, id, from, to) in terminal {
+            self.effects.push_back(Effect::Changed { id, from, to });
+            self.effects.push_back(Effect::Persist { id });
         }
         self.prune_stale_timers();
     }
@@ -407,7 +420,8 @@ impl Forest {
             rec.expiry_timer = want;
         }
         if let Some(at) = want {
-            self.arm(at, Timer::Expire(id));
+            let depth = self.tasks.get(&id).map_or(0, |r| r.depth);
+            self.arm(at, Timer::Expire(depth, id));
         }
     }
 

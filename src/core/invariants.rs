@@ -69,9 +69,11 @@ impl Forest {
                     if rec.created_at < prec.created_at {
                         return fail("I3", id, "created before its parent".into());
                     }
-                    // I8: never expires after the parent.
+                    // I8: never expires after the parent. A child created after its
+                    // parent's deadline passed (before the timer fired) cannot
+                    // expire before its own creation: it expires at creation.
                     if let Some(pexp) = prec.expires_at()
-                        && rec.expires_at().is_none_or(|e| e > pexp)
+                        && rec.expires_at().is_none_or(|e| e > pexp.max(rec.created_at))
                     {
                         return fail(
                             "I8",
@@ -213,13 +215,21 @@ impl Forest {
                         }
                         PauseState::Unpaused => {}
                     }
-                    if rec.expiry_timer != rec.expires_at() {
+                    // An expired task that is winding down (waiting for its handler
+                    // or children) no longer has a timer: it fired.
+                    let fired = rec.expiry_timer.is_none()
+                        && a.ending.is_some()
+                        && rec.expires_at().is_some_and(|e| e <= self.now);
+                    if rec.expiry_timer != rec.expires_at() && !fired {
                         return fail("timers", id, "expiry timer does not match the TTL".into());
                     }
                 }
             }
             if let Some(at) = rec.expiry_timer
-                && !self.timers.iter().any(|e| e.0 == (at, Timer::Expire(id)))
+                && !self
+                    .timers
+                    .iter()
+                    .any(|e| e.0 == (at, Timer::Expire(rec.depth, id)))
             {
                 return fail("timers", id, "expiry timer not in the deadline structure".into());
             }
@@ -237,7 +247,7 @@ impl Forest {
         if let Some(&std::cmp::Reverse((at, timer))) = self.timers.peek()
             && !self.timer_is_live(at, timer)
         {
-            let (Timer::Expire(id) | Timer::Delete(id)) = timer;
+            let (Timer::Expire(_, id) | Timer::Delete(id)) = timer;
             return fail(
                 "timers",
                 id,

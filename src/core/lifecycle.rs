@@ -343,9 +343,9 @@ impl Forest {
         if let Some(a) = rec.active_mut() {
             a.pause = PauseState::Paused { via, prior, reason };
         }
-        if via == id {
-            self.pause_descendants(id);
-        }
+        // Descendants follow, paused through the same task as this one, so
+        // resuming that task resumes them too.
+        self.pause_descendants_via(id, via);
         self.end();
         Ok(())
     }
@@ -529,9 +529,13 @@ impl Forest {
     }
 
     fn pause_descendants(&mut self, id: TaskId) {
+        self.pause_descendants_via(id, id);
+    }
+
+    fn pause_descendants_via(&mut self, id: TaskId, via: TaskId) {
         for t in self.live_subtree_post_order(id) {
             if t != id {
-                self.pause_one(t, id);
+                self.pause_one(t, via);
             }
         }
     }
@@ -665,7 +669,7 @@ impl Forest {
                 continue;
             }
             match timer {
-                Timer::Expire(id) => {
+                Timer::Expire(_, id) => {
                     let Some(rec) = self.tasks.get_mut(&id) else {
                         continue;
                     };
