@@ -2,7 +2,7 @@
 //! run as a tree of subtasks.
 //!
 //! * The root plans up to `breadth` sub-questions by keyword scoring (see
-//!   [`corpus`](super::corpus)) and runs them in two lanes: sub-question *n*
+//!   the private `corpus` module) and runs them in two lanes: sub-question *n*
 //!   starts `after` sub-question *n - 2*, so later ones stay queued a while.
 //! * Each sub-question task runs `search -> read -> summarize` subtasks,
 //!   chained with `after` (each step reads the previous one's outcome from
@@ -439,12 +439,15 @@ async fn root(ctx: TaskContext, args: ResearchArgs) -> HandlerResult {
                 .iter()
                 .map(|e| format!("{} {}", e.label, e.phase.lock().as_str()))
                 .collect();
-            (open.first().map(|e| e.handle.clone()), status)
+            let next = open.first().map(|e| (e.handle.clone(), e.phase.clone()));
+            (next, status)
         };
-        let Some(next) = next else { break };
+        let Some((next, phase)) = next else { break };
         ctx.set_status_message(format!("researching: {}", status.join(", ")));
+        // Wake at least every 250 ms to take steers; a sub-question cancelled
+        // before it ran never marks itself done, so its outcome does.
         tokio::select! {
-            _ = next.outcome() => {}
+            _ = next.outcome() => *phase.lock() = Phase::Done,
             () = pause_ms(250) => {}
         }
     }
@@ -523,6 +526,15 @@ fn research(
     phase: Arc<Mutex<Phase>>,
 ) -> BoxFuture<'static, HandlerResult> {
     Box::pin(async move {
+        /// Marks the sub-question done however its body ends (also when
+        /// interrupted by a cancel).
+        struct DoneOnDrop(Arc<Mutex<Phase>>);
+        impl Drop for DoneOnDrop {
+            fn drop(&mut self) {
+                *self.0.lock() = Phase::Done;
+            }
+        }
+        let _done = DoneOnDrop(phase.clone());
         let set = |p: Phase| *phase.lock() = p;
         set(Phase::Searching);
         let scope = sq
@@ -584,7 +596,6 @@ fn research(
             }
         }
         finding.steers = steers;
-        set(Phase::Done);
         let text = match &finding.reason {
             None => format!("{label}: {}\n{}", sq.question, finding.summary),
             Some(r) => format!("{label}: {r}"),
