@@ -52,10 +52,18 @@ fn main() -> ExitCode {
         Command::Info => {
             println!("subtask {}", env!("CARGO_PKG_VERSION"));
             println!("protocol: MCP 2026-07-28 (legacy initialize for 2025-11-25 and 2025-06-18)");
-            println!("extension: {} with steer and pause", subtask::model::TASKS_EXTENSION);
+            println!(
+                "extension: {} with steer and pause",
+                subtask::model::TASKS_EXTENSION
+            );
             ExitCode::SUCCESS
         }
-        Command::Serve { listen, tokens, stdio, allow_hosts } => {
+        Command::Serve {
+            listen,
+            tokens,
+            stdio,
+            allow_hosts,
+        } => {
             let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
@@ -80,13 +88,19 @@ async fn serve(
     stdio: bool,
     allow_hosts: Vec<String>,
 ) -> Result<(), String> {
-    let mut config = ServerConfig { allowed_hosts: allow_hosts, ..ServerConfig::default() };
+    let mut config = ServerConfig {
+        allowed_hosts: allow_hosts,
+        ..ServerConfig::default()
+    };
     match tokens {
         Some(path) => {
-            let text =
-                std::fs::read_to_string(&path).map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read token file {}: {e}", path.display()))?;
             let table = TokenTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-            tracing::info!(tokens = table.len(), "bearer tokens loaded; every task belongs to its principal");
+            tracing::info!(
+                tokens = table.len(),
+                "bearer tokens loaded; every task belongs to its principal"
+            );
             config.tokens = Some(table);
         }
         None => tracing::warn!(
@@ -97,13 +111,18 @@ async fn serve(
     let server = subtask::demo::register(Server::builder(runtime, config)).build();
     if stdio {
         tracing::info!("serving MCP on stdio");
-        return subtask::server::stdio::serve_stdio(server).await.map_err(|e| format!("stdio: {e}"));
+        return subtask::server::stdio::serve_stdio(server)
+            .await
+            .map_err(|e| format!("stdio: {e}"));
     }
-    let listener =
-        tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!("subtask listening on http://{addr}/mcp");
-    subtask::server::http::serve(server, listener, shutdown_signal()).await.map_err(|e| format!("http: {e}"))?;
+    subtask::server::http::serve(server, listener, shutdown_signal())
+        .await
+        .map_err(|e| format!("http: {e}"))?;
     tracing::info!("shut down cleanly");
     Ok(())
 }
