@@ -397,8 +397,9 @@ impl Forest {
         }
         if let Some(error) = fail_children {
             // Architecture: a parent whose handler fails cancels its children first.
+            let reason = format!("parent task {id} failed");
             self.wind_down(id, Ending::Failing { error }, &|_| Ending::Cancelling {
-                reason: format!("parent task {id} failed"),
+                reason: reason.clone(),
             });
         } else {
             self.try_settle(id);
@@ -597,13 +598,14 @@ impl Forest {
             Some(_) => {}
         }
         self.begin(now);
+        let reason = format!("ancestor {id} was cancelled");
         self.wind_down(
             id,
             Ending::Cancelling {
                 reason: "cancelled by request".to_owned(),
             },
             &|_| Ending::Cancelling {
-                reason: format!("ancestor {id} was cancelled"),
+                reason: reason.clone(),
             },
         );
         self.end();
@@ -812,8 +814,9 @@ impl Forest {
                     message: format!("subtask {id} failed: {}", error.message),
                     data: Some(serde_json::json!({ "failedTaskId": id.to_string() })),
                 };
+                let reason = format!("sibling subtask {id} failed");
                 self.wind_down(parent, Ending::Failing { error }, &|_| Ending::Cancelling {
-                    reason: format!("sibling subtask {id} failed"),
+                    reason: reason.clone(),
                 });
                 // wind_down settled the parent if it could.
                 return;

@@ -649,12 +649,7 @@ impl TaskContext {
         let parent = self.id;
         let tree = self.tree.clone();
         let created = self.with(|st, now, post| -> Result<(TaskId, Option<StartJob>), TaskError> {
-            let children = st
-                .forest
-                .task(parent)
-                .map(|r| r.children().to_vec())
-                .unwrap_or_default();
-            super::plan::check_after(&children, &opts.after)?;
+            super::plan::check_after(&st.forest, parent, &opts.after)?;
             if let Some(owner) = &st.owner {
                 owner.try_reserve().map_err(TaskError::Rejected)?;
             }
@@ -776,13 +771,14 @@ impl TaskContext {
                     HandlerOutcome::Aborted
                 }
             };
-            ctx.slot.release_for_exit(&ctx.inner);
+            // Finish first, so the task settles before its slot lets queued work run.
             let id = ctx.id;
             ctx.with(|st, now, _| {
                 if let Err(e) = st.forest.finish(now, id, outcome) {
                     tracing::debug!(error = %e, "finish after the task ended");
                 }
             });
+            ctx.slot.release_for_exit(&ctx.inner);
         }
         .instrument(span)
         .await;

@@ -20,9 +20,14 @@ use crate::model::TaskId;
 /// Checks that every `after` entry is an existing child of the parent (an
 /// earlier sibling of the subtask about to be created). Such edges always
 /// point backwards in creation order, so they cannot form a cycle.
-pub(crate) fn check_after(siblings: &[TaskId], after: &[TaskId]) -> Result<(), TaskError> {
+pub(crate) fn check_after(
+    forest: &crate::core::Forest,
+    parent: TaskId,
+    after: &[TaskId],
+) -> Result<(), TaskError> {
+    // O(dependencies): each must be a child of `parent` (so an earlier sibling).
     for dep in after {
-        if !siblings.contains(dep) {
+        if forest.task(*dep).and_then(crate::core::TaskRecord::parent) != Some(parent) {
             return Err(TaskError::Rejected(RuntimeError::InvalidDependency {
                 dependency: *dep,
             }));

@@ -231,6 +231,10 @@ impl Inner {
                 Effect::Persist { .. } => {}
             }
         }
+        // An idle tree holds no side-table allocation.
+        if st.rt.is_empty() && st.rt.capacity() > 0 {
+            st.rt = IdMap::default();
+        }
     }
 
     /// Follow-up work after the tree lock is released.
@@ -241,7 +245,11 @@ impl Inner {
         for id in &post.deleted {
             self.index_remove(*id);
         }
-        for n in post.notify {
+        // Each task is woken once per command, however many effects it had.
+        let mut notify = post.notify;
+        notify.sort_by_key(|n| Arc::as_ptr(n) as usize);
+        notify.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        for n in notify {
             n.notify_waiters();
         }
         if post.tree_changed {
