@@ -245,12 +245,13 @@ impl Inner {
         for id in &post.deleted {
             self.index_remove(*id);
         }
-        // Each task is woken once per command, however many effects it had.
-        let mut notify = post.notify;
-        notify.sort_by_key(|n| Arc::as_ptr(n) as usize);
-        notify.dedup_by(|a, b| Arc::ptr_eq(a, b));
-        for n in notify {
-            n.notify_waiters();
+        // Each task is woken once per command, in effect order (cancels reach
+        // the leaves first), however many effects it had.
+        let mut seen = std::collections::HashSet::with_capacity(post.notify.len());
+        for n in post.notify {
+            if seen.insert(Arc::as_ptr(&n) as usize) {
+                n.notify_waiters();
+            }
         }
         if post.tree_changed {
             tree.changed.notify_waiters();
