@@ -70,30 +70,7 @@ async fn main() -> std::io::Result<()> {
     tracing::info!(%url, "conformance fixtures listening");
     println!("conformance_server: serving the conformance fixtures at {url}");
 
-    subtask::server::http::serve(server, listener, shutdown_signal()).await
-}
-
-/// Resolves on Ctrl-C or (on Unix) SIGTERM, which `scripts/conformance.sh` sends.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
-    tracing::info!("shutting down");
+    subtask::server::http::serve(server, listener, subtask::server::http::shutdown_signal()).await
 }
 
 // ----- the fixture table ---------------------------------------------------------

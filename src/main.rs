@@ -120,31 +120,9 @@ async fn serve(
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!("subtask listening on http://{addr}/mcp");
-    subtask::server::http::serve(server, listener, shutdown_signal())
+    subtask::server::http::serve(server, listener, subtask::server::http::shutdown_signal())
         .await
         .map_err(|e| format!("http: {e}"))?;
     tracing::info!("shut down cleanly");
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
-    tracing::info!("shutdown signal received; finishing in-flight requests");
 }

@@ -271,46 +271,35 @@ impl Forest {
     /// Every task of the tree in result order (I12): post-order by
     /// `childTaskIds`, each child's subtree in order, then the parent.
     pub fn result_order(&self, root: TaskId) -> Vec<TaskId> {
-        let mut out = Vec::new();
-        let mut stack: Vec<(TaskId, usize)> = vec![(root, 0)];
-        while let Some((id, i)) = stack.last().copied() {
-            let Some(rec) = self.tasks.get(&id) else {
-                stack.pop();
-                continue;
-            };
-            if i < rec.children.len() {
-                if let Some(top) = stack.last_mut() {
-                    top.1 += 1;
-                }
-                stack.push((rec.children[i], 0));
-            } else {
-                stack.pop();
-                out.push(id);
-            }
-        }
-        out
+        self.post_order(root, |_| true)
     }
 
     /// Non-terminal tasks of the subtree of `id` (including `id`), children
     /// before parents. Terminal subtrees are skipped whole: by I4 they hold
     /// no live task.
     pub(crate) fn live_subtree_post_order(&self, id: TaskId) -> Vec<TaskId> {
+        self.post_order(id, |rec| !rec.is_terminal())
+    }
+
+    /// Post-order walk from `top` by `childTaskIds`, descending only into
+    /// tasks that exist and satisfy `enter` (iterative: depth is bounded by
+    /// the configured limit, but the stack is the heap's).
+    fn post_order(&self, top: TaskId, enter: impl Fn(&TaskRecord) -> bool) -> Vec<TaskId> {
         let mut out = Vec::new();
-        let mut stack: Vec<(TaskId, usize)> = vec![(id, 0)];
-        while let Some((cur, i)) = stack.last().copied() {
-            let rec = &self.tasks[&cur];
-            if rec.is_terminal() {
+        let mut stack: Vec<(TaskId, usize)> = vec![(top, 0)];
+        while let Some((id, i)) = stack.last().copied() {
+            let Some(rec) = self.tasks.get(&id).filter(|r| enter(r)) else {
                 stack.pop();
                 continue;
-            }
-            if i < rec.children.len() {
-                if let Some(top) = stack.last_mut() {
-                    top.1 += 1;
+            };
+            if let Some(&child) = rec.children.get(i) {
+                if let Some(t) = stack.last_mut() {
+                    t.1 += 1;
                 }
-                stack.push((rec.children[i], 0));
+                stack.push((child, 0));
             } else {
                 stack.pop();
-                out.push(cur);
+                out.push(id);
             }
         }
         out

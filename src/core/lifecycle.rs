@@ -194,32 +194,10 @@ impl Forest {
     ///
     /// `NotStarted`/`HandlerFinished`/`Terminal`/`UnknownTask`.
     pub fn reach_safe_point(&mut self, now: Timestamp, id: TaskId) -> Result<SafePoint, TransitionError> {
-        self.require_running(id)?;
-        let rec = &self.tasks[&id];
-        let Some(a) = rec.active() else {
-            unreachable!("require_running checked the task is active")
-        };
-        if a.ending.is_some() {
-            return Ok(SafePoint::Stop);
-        }
-        match a.pause {
-            PauseState::Paused { .. } => Ok(SafePoint::Park),
-            PauseState::Pending { via } => {
-                self.begin(now);
-                let rec = self.rec_mut(id);
-                let prior = rec.unpaused_status();
-                if let Some(a) = rec.active_mut() {
-                    a.pause = PauseState::Paused {
-                        via,
-                        prior,
-                        reason: None,
-                    };
-                }
-                self.end();
-                Ok(SafePoint::Park)
-            }
-            PauseState::Unpaused => {
-                if rec.steers.is_empty() {
+        // The same safe point as `wait_point`, which also delivers the steers.
+        match self.wait_point(now, id)? {
+            SafePoint::Continue(_) => {
+                if self.tasks[&id].steers.is_empty() {
                     return Ok(SafePoint::Continue(Vec::new()));
                 }
                 self.begin(now);
@@ -227,6 +205,7 @@ impl Forest {
                 self.end();
                 Ok(SafePoint::Continue(steers))
             }
+            other => Ok(other),
         }
     }
 
