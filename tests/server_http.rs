@@ -166,6 +166,26 @@ async fn default_server() -> Harness {
     start(ServerConfig::default(), RuntimeConfig::default()).await
 }
 
+/// Keeps releasing the `tree` tool's waiting children until every task in
+/// `ids` is terminal (20 s at most), then returns their final snapshots.
+async fn release_until_done(h: &Harness, c: &Client, ids: &[&str]) -> Vec<Value> {
+    for _ in 0..1000 {
+        h.release.notify_waiters();
+        let mut all = Vec::new();
+        for id in ids {
+            all.push(c.get(id).await);
+        }
+        if all
+            .iter()
+            .all(|t| ["completed", "failed", "cancelled"].contains(&t["status"].as_str().unwrap_or("")))
+        {
+            return all;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("tasks {ids:?} never finished");
+}
+
 fn text(result: &Value) -> String {
     result["content"][0]["text"]
         .as_str()
@@ -243,15 +263,9 @@ async fn a_task_tool_returns_a_flat_create_task_result_and_subtasks_appear_while
         assert_eq!(ct["resultType"], "complete");
     }
     h.release.notify_waiters();
-    loop {
-        h.release.notify_waiters();
-        let t = c.get(&root).await;
-        if t["status"] == "completed" {
-            assert_eq!(text(&t["result"]), "root done");
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let t = release_until_done(&h, &c, &[&root]).await.remove(0);
+    assert_eq!(t["status"], "completed");
+    assert_eq!(text(&t["result"]), "root done");
     for (i, child) in children.iter().enumerate() {
         let ct = c.get(child).await;
         assert_eq!(ct["status"], "completed");
@@ -671,13 +685,10 @@ async fn steer_pause_and_resume_work_across_a_tree() {
     assert_eq!(r["status"], "working");
     let (_, e) = c.error("tasks/resume", json!({"taskId": root})).await;
     assert_eq!(e["code"], -32602);
-    for _ in 0..500 {
-        h.release.notify_waiters();
-        if c.get(&root).await["status"] == "completed" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    assert_eq!(
+        release_until_done(&h, &c, &[&root]).await[0]["status"],
+        "completed"
+    );
     assert_eq!(
         text(&c.get(&kids[0]).await["result"]),
         "child 0 steers=one|two|three"
@@ -881,13 +892,7 @@ async fn every_limit_rejects_with_a_clear_error_and_loses_nothing() {
         "{e}"
     );
     // Nothing accepted was lost: both trees finish once released.
-    for _ in 0..500 {
-        h.release.notify_waiters();
-        if c.get(&one).await["status"] == "completed" && c.get(&two).await["status"] == "completed" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    release_until_done(&h, &c, &[&one, &two]).await;
     assert_eq!(c.get(&one).await["status"], "completed");
     assert_eq!(c.get(&two).await["status"], "completed");
     // The slots are free again.

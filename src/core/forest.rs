@@ -399,19 +399,7 @@ impl Forest {
     pub(crate) fn sync_expiry_timer(&mut self, id: TaskId) {
         let Some(rec) = self.tasks.get(&id) else { return };
         let want = if rec.is_terminal() { None } else { rec.expires_at() };
-        let have = rec.expiry_timer;
-        if want == have {
-            return;
-        }
-        // The old entry (if any) becomes stale once the field changes.
-        let _ = have;
-        if let Some(rec) = self.tasks.get_mut(&id) {
-            rec.expiry_timer = want;
-        }
-        if let Some(at) = want {
-            let depth = self.tasks.get(&id).map_or(0, |r| r.depth);
-            self.arm(at, Timer::Expire(depth, id));
-        }
+        self.rearm(Timer::Expire(rec.depth, id), want);
     }
 
     /// Re-arms the deletion timer of a root: `expiry + grace`, once the tree is terminal.
@@ -421,16 +409,26 @@ impl Forest {
             (true, Some(exp)) => Some(exp.saturating_add(self.config.deletion_grace_ms).max(self.now)),
             _ => None,
         };
-        let have = rec.delete_timer;
-        if want == have {
+        self.rearm(Timer::Delete(root), want);
+    }
+
+    /// Records `want` as the task's armed deadline for `timer` and pushes a
+    /// heap entry when it changed; the old entry becomes stale (lazy deletion).
+    fn rearm(&mut self, timer: Timer, want: Option<Timestamp>) {
+        let (Timer::Expire(_, id) | Timer::Delete(id)) = timer;
+        let Some(rec) = self.tasks.get_mut(&id) else {
+            return;
+        };
+        let field = match timer {
+            Timer::Expire(..) => &mut rec.expiry_timer,
+            Timer::Delete(_) => &mut rec.delete_timer,
+        };
+        if *field == want {
             return;
         }
-        let _ = have;
-        if let Some(rec) = self.tasks.get_mut(&root) {
-            rec.delete_timer = want;
-        }
+        *field = want;
         if let Some(at) = want {
-            self.arm(at, Timer::Delete(root));
+            self.arm(at, timer);
         }
     }
 

@@ -96,7 +96,7 @@ impl<'a> Args<'a> {
             other => {
                 return Err(invalid_params(format!(
                     "{tool}: {key} must be an integer from {min} to {max}, got {}",
-                    type_name(other)
+                    crate::model::json_kind(other)
                 )));
             }
         };
@@ -116,20 +116,9 @@ impl<'a> Args<'a> {
             Some(other) => Err(invalid_params(format!(
                 "{}: {key} must be a string, got {}",
                 self.tool,
-                type_name(other)
+                crate::model::json_kind(other)
             ))),
         }
-    }
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

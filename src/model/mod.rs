@@ -23,6 +23,7 @@ pub use capabilities::{ClientCapabilities, ExtensionCapabilities, ServerCapabili
 pub use error::{ErrorCode, ErrorObject};
 pub use id::{ParseTaskIdError, TaskId};
 pub use json::JsonObject;
+pub(crate) use json::kind as json_kind;
 pub use jsonrpc::{
     JsonRpcError, JsonRpcMessage, JsonRpcNotification, JsonRpcRequest, JsonRpcResponse, JsonRpcVersion,
     RequestId,
