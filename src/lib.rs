@@ -7,6 +7,7 @@
 //! * [`model`]: the wire types.
 //! * [`core`]: the sans-IO task forest and its lifecycle state machine.
 //! * [`runtime`]: the tokio executor that runs handlers as task trees.
+//! * [`store`]: durability behind one trait (memory, SQLite with group commit).
 //! * [`server`]: the MCP endpoint (Streamable HTTP and stdio).
 //! * [`demo`]: the demo tools of `subtask serve`.
 //!
@@ -44,3 +45,4 @@ pub mod demo;
 pub mod model;
 pub mod runtime;
 pub mod server;
+pub mod store;

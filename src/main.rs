@@ -5,9 +5,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use clap::{Parser, Subcommand};
 use subtask::runtime::{Runtime, RuntimeConfig};
 use subtask::server::{Server, ServerConfig, TokenTable};
+use subtask::store::{Durability, SqliteConfig, SqliteStore, TaskStore};
 
 /// subtask: hierarchical, long-running MCP tasks with subtasks, steering and pause/resume.
 #[derive(Debug, Parser)]
@@ -34,6 +37,16 @@ enum Command {
         /// Extra host names accepted in Host/Origin headers (loopback always is).
         #[arg(long = "allow-host")]
         allow_hosts: Vec<String>,
+        /// The SQLite database tasks are kept in (created if missing).
+        #[arg(long, default_value = "subtask.db", conflicts_with = "memory")]
+        db: PathBuf,
+        /// Keep tasks in memory only: nothing survives a restart.
+        #[arg(long)]
+        memory: bool,
+        /// `full`: fsync every group commit (survives power loss);
+        /// `relaxed`: fsync at checkpoints (survives a process crash only).
+        #[arg(long, default_value = "full", value_parser = ["full", "relaxed"])]
+        durability: String,
     },
     /// Print the protocol surface this build implements.
     Info,
@@ -63,7 +76,22 @@ fn main() -> ExitCode {
             tokens,
             stdio,
             allow_hosts,
+            db,
+            memory,
+            durability,
         } => {
+            let store = if memory {
+                None
+            } else {
+                let durability = match durability.as_str() {
+                    "relaxed" => Durability::Relaxed,
+                    _ => Durability::Full,
+                };
+                Some(SqliteConfig {
+                    durability,
+                    ..SqliteConfig::new(db)
+                })
+            };
             let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
@@ -71,7 +99,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(3);
                 }
             };
-            match rt.block_on(serve(listen, tokens, stdio, allow_hosts)) {
+            match rt.block_on(serve(listen, tokens, stdio, allow_hosts, store)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("subtask: {e}");
@@ -87,6 +115,7 @@ async fn serve(
     tokens: Option<PathBuf>,
     stdio: bool,
     allow_hosts: Vec<String>,
+    store: Option<SqliteConfig>,
 ) -> Result<(), String> {
     let mut config = ServerConfig {
         allowed_hosts: allow_hosts,
@@ -107,8 +136,29 @@ async fn serve(
             "no --tokens file: the server runs as one anonymous principal (anyone who can reach it sees every task)"
         ),
     }
-    let runtime = Runtime::new(RuntimeConfig::default());
+    let runtime = match store {
+        None => {
+            tracing::warn!("--memory: tasks are kept in memory only and are lost when the server stops");
+            Runtime::new(RuntimeConfig::default())
+        }
+        Some(cfg) => {
+            let path = cfg.path.clone();
+            let store = tokio::task::spawn_blocking(move || SqliteStore::open(cfg))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("cannot open the task database {}: {e}", path.display()))?;
+            tracing::info!(store = %store.describe(), "tasks are durable");
+            Runtime::with_store(RuntimeConfig::default(), Arc::new(store))
+        }
+    };
     let server = subtask::demo::register(Server::builder(runtime, config)).build();
+    let report = server
+        .recover()
+        .await
+        .map_err(|e| format!("cannot recover the stored tasks: {e}"))?;
+    if report.trees > 0 {
+        tracing::info!(%report, "recovered stored tasks");
+    }
     if stdio {
         tracing::info!("serving MCP on stdio");
         return subtask::server::stdio::serve_stdio(server)

@@ -448,6 +448,7 @@ impl Forest {
             parent: parent.map(|p| p.id),
             root: parent.map_or(id, |p| p.root),
             depth: parent.map_or(0, |p| p.depth + 1),
+            position: parent.map_or(0, |p| p.children.len() as u32),
             children: Vec::new(),
             live_children: 0,
             created_at: now,

@@ -170,8 +170,14 @@ impl Forest {
                     }
                 }
                 Phase::Active(a) => {
-                    if a.handler == HandlerState::Queued && !rec.children.is_empty() {
-                        return fail("handler", id, "a task that never started has children".into());
+                    // A queued task has no children, except a root queued to run
+                    // again after a restart, whose earlier children are terminal.
+                    if a.handler == HandlerState::Queued && rec.live_children > 0 {
+                        return fail(
+                            "handler",
+                            id,
+                            "a task that is not running has live children".into(),
+                        );
                     }
                     if rec.has_outstanding_inputs()
                         && (a.handler != HandlerState::Running || a.ending.is_some())

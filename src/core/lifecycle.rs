@@ -412,7 +412,9 @@ impl Forest {
         self.begin(now);
         let mut accepted = Vec::new();
         for (key, response) in responses {
-            if self.rec_mut(id).inputs_mut().outstanding.remove(&key).is_some() {
+            let book = self.rec_mut(id).inputs_mut();
+            if book.outstanding.remove(&key).is_some() {
+                book.answered.insert(key.clone(), response.clone());
                 accepted.push(key.clone());
                 self.emit(Effect::InputAnswered { id, key, response });
             }
@@ -776,6 +778,10 @@ impl Forest {
             let rec = self.rec_mut(id);
             rec.phase = Phase::Terminal(terminal);
             rec.clear_outstanding();
+            if let Some(book) = rec.inputs.as_mut() {
+                // Kept only for a handler re-run; a terminal task has none.
+                book.answered.clear();
+            }
             rec.steers.clear();
             let parent = rec.parent;
             let fail_fast = rec.fail_fast;
@@ -787,7 +793,10 @@ impl Forest {
             let p = self.rec_mut(parent);
             p.live_children -= 1;
             let parent_ending = p.active().and_then(|a| a.ending.clone());
-            if let (Some(error), true, None) = (failed, fail_fast, parent_ending) {
+            // A parent whose handler is queued again after a restart is not
+            // failed by children that failed only because of the restart.
+            let parent_rerun = p.active().is_some_and(|a| a.handler == HandlerState::Queued);
+            if let (Some(error), true, None, false) = (failed, fail_fast, parent_ending, parent_rerun) {
                 let error = ErrorObject {
                     code: error.code,
                     message: format!("subtask {id} failed: {}", error.message),

@@ -17,6 +17,7 @@ mod forest;
 mod invariants;
 mod lifecycle;
 mod order;
+mod persist;
 mod record;
 #[cfg(test)]
 mod tests;
@@ -28,6 +29,7 @@ pub use forest::{ChildOptions, ClientView, Forest, IdHasher, IdMap, RootOptions}
 pub use invariants::InvariantViolation;
 pub use lifecycle::{CancelOutcome, PauseOutcome, SafePoint, expired_error};
 pub use order::ResultCursor;
+pub use persist::{Recovery, RestoreError, STATE_FORMAT, decode_state, encode_state, restart_error};
 pub use record::{
     Active, Ending, HandlerOutcome, HandlerState, InputBook, PauseState, Phase, TaskRecord, Terminal,
 };

@@ -7,10 +7,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use serde::{Deserialize, Serialize};
+
 use crate::model::{ErrorObject, JsonObject, TaskId, TaskStatus, Timestamp};
 
 /// What the handler of a task returned.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum HandlerOutcome {
     /// The handler returned a result (also for tool results with `isError: true`).
     Returned(JsonObject),
@@ -21,7 +24,8 @@ pub enum HandlerOutcome {
 }
 
 /// Where a task's handler is in its life.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum HandlerState {
     /// Not started yet: waiting for a scheduler slot or `after` dependencies.
     Queued,
@@ -32,7 +36,8 @@ pub enum HandlerState {
 }
 
 /// Pause sub-state of an active task (SEP-2669 and the "pause propagates down" decision).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PauseState {
     /// Not paused.
     Unpaused,
@@ -55,7 +60,8 @@ pub enum PauseState {
 
 /// A decided ending that waits only for the handler to stop and the children
 /// to become terminal.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Ending {
     /// A cancel was accepted; the task ends `cancelled`.
     Cancelling {
@@ -71,7 +77,8 @@ pub enum Ending {
 }
 
 /// The state of a task that is not terminal.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub struct Active {
     /// The handler's state.
     pub handler: HandlerState,
@@ -86,7 +93,8 @@ pub struct Active {
 }
 
 /// The outcome of a terminal task. Terminal is absorbing.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Terminal {
     /// `completed` with the result.
     Completed {
@@ -117,7 +125,8 @@ impl Terminal {
 }
 
 /// Active or terminal.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Not terminal (boxed: retained terminal tasks stay small).
     Active(Box<Active>),
@@ -127,16 +136,21 @@ pub enum Phase {
 
 /// Input requests of one task: the outstanding ones and every key ever used
 /// (I9: keys are unique over the task's lifetime).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct InputBook {
     pub(crate) outstanding: BTreeMap<String, JsonObject>,
     pub(crate) used: BTreeSet<String>,
+    /// Responses delivered by `tasks/update` while the task is active, kept
+    /// so a handler re-run after a restart gets the same answers.
+    #[serde(default)]
+    pub(crate) answered: BTreeMap<String, JsonObject>,
 }
 
 /// The input book of a task that never asked for input.
 pub(crate) static NO_INPUTS: InputBook = InputBook {
     outstanding: BTreeMap::new(),
     used: BTreeSet::new(),
+    answered: BTreeMap::new(),
 };
 
 impl InputBook {
@@ -149,6 +163,11 @@ impl InputBook {
     pub fn was_used(&self, key: &str) -> bool {
         self.used.contains(key)
     }
+
+    /// Responses delivered while the task is active, by key.
+    pub fn answered(&self) -> &BTreeMap<String, JsonObject> {
+        &self.answered
+    }
 }
 
 /// Everything the core knows about one task.
@@ -158,6 +177,8 @@ pub struct TaskRecord {
     pub(crate) parent: Option<TaskId>,
     pub(crate) root: TaskId,
     pub(crate) depth: u32,
+    /// Index of this task in its parent's `childTaskIds` (0 for a root).
+    pub(crate) position: u32,
     pub(crate) children: Vec<TaskId>,
     pub(crate) live_children: u32,
     pub(crate) created_at: Timestamp,
@@ -196,6 +217,11 @@ impl TaskRecord {
     /// Depth below the root (the root is 0).
     pub fn depth(&self) -> u32 {
         self.depth
+    }
+
+    /// Index of this task in its parent's `childTaskIds` (0 for a root).
+    pub fn position(&self) -> u32 {
+        self.position
     }
 
     /// Children in creation order (I2: append-only).

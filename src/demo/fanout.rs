@@ -186,7 +186,8 @@ pub fn spec() -> ToolSpec {
          completes); `inputAt` makes one node ask for input with key \"confirm-<path>\" before its \
          steps (any answer continues). At most 10000 nodes. Task support is optional: clients that \
          declared the tasks extension get a task tree to watch, steer and pause; other clients get \
-         the root's result synchronously.",
+         the root's result synchronously. Resumable: after a server restart a running fanout task \
+         runs again from the start (its earlier subtasks fail with a restart error).",
         json!({
             "type": "object",
             "properties": {
@@ -228,6 +229,7 @@ pub fn spec() -> ToolSpec {
         }),
         TaskSupport::Optional,
     )
+    .resumable()
 }
 
 /// Answers a `fanout` call: `-32602` for bad arguments, otherwise a task

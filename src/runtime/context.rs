@@ -307,6 +307,7 @@ pub struct TaskContext {
     parent: Option<TaskId>,
     slot: Arc<SlotCell>,
     deps: Arc<[DependencyOutcome]>,
+    rerun: bool,
 }
 
 impl std::fmt::Debug for TaskContext {
@@ -325,6 +326,7 @@ impl TaskContext {
         id: TaskId,
         parent: Option<TaskId>,
         deps: Vec<DependencyOutcome>,
+        rerun: bool,
     ) -> Self {
         let slot = Arc::new(SlotCell {
             root: tree.root,
@@ -340,6 +342,7 @@ impl TaskContext {
             parent,
             slot,
             deps: deps.into(),
+            rerun,
         }
     }
 
@@ -549,6 +552,18 @@ impl TaskContext {
         request: JsonObject,
     ) -> Result<JsonObject, TaskError> {
         let key = key.into();
+        if self.rerun {
+            // Replaying after a restart: a key answered before the restart
+            // gets the same answer again.
+            let tree = self.tree.state.lock();
+            if let Some(answer) = tree
+                .forest
+                .task(self.id)
+                .and_then(|r| r.inputs().answered().get(&key).cloned())
+            {
+                return Ok(answer);
+            }
+        }
         self.with(|st, now, _| st.forest.request_input(now, self.id, key.clone(), request))?;
         struct Withdraw<'a> {
             ctx: &'a TaskContext,
@@ -676,6 +691,7 @@ impl TaskContext {
                 id,
                 body,
                 deps: opts.after.clone(),
+                rerun: false,
             };
             let pending: Vec<TaskId> = opts
                 .after

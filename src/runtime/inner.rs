@@ -15,6 +15,7 @@ use super::scheduler::Scheduler;
 use super::tree::TreeCell;
 use crate::core::IdMap;
 use crate::model::{TaskId, Timestamp};
+use crate::store::TaskStore;
 
 const INDEX_SHARDS: usize = 64;
 
@@ -86,10 +87,12 @@ pub(crate) struct Inner {
     pub(crate) sched: Scheduler,
     pub(crate) timers: TimerQueue,
     pub(crate) clock: Clock,
+    /// Where every tree's changes are written; `None` keeps them in memory only.
+    pub(crate) store: Option<Arc<dyn TaskStore>>,
 }
 
 impl Inner {
-    pub(crate) fn new(config: RuntimeConfig) -> Self {
+    pub(crate) fn new(config: RuntimeConfig, store: Option<Arc<dyn TaskStore>>) -> Self {
         Inner {
             config,
             index: (0..INDEX_SHARDS).map(|_| Mutex::new(IdMap::default())).collect(),
@@ -100,6 +103,7 @@ impl Inner {
                 changed: Arc::new(Notify::new()),
             },
             clock: Clock::new(),
+            store,
         }
     }
 

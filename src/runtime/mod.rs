@@ -37,6 +37,7 @@ mod context;
 mod error;
 mod inner;
 mod plan;
+mod recovery;
 mod scheduler;
 mod tree;
 
@@ -58,9 +59,12 @@ pub use plan::SubtaskPlan;
 
 use crate::core::{CancelOutcome, ClientView, Forest, IdMap, ResultCursor, RootOptions};
 use crate::model::{DetailedTask, InputResponses, JsonObject, TaskId};
+use crate::store::{StoreError, TaskStore, TreeMeta};
 use inner::Inner;
+pub use recovery::{Launch, RecoveryReport};
+pub use tree::HandlerBody;
 pub use tree::Owner;
-use tree::{HandlerBody, Post, StartJob, TreeCell, TreeState};
+use tree::{Durable, Post, StartJob, TreeCell, TreeState};
 
 /// The task runtime. Cheap to clone and share; every clone drives the same tasks.
 #[derive(Clone)]
@@ -83,9 +87,52 @@ impl Runtime {
     ///
     /// Outside a tokio runtime (the timer driver is spawned here).
     pub fn new(config: RuntimeConfig) -> Self {
-        let inner = Arc::new(Inner::new(config));
+        Self::build(config, None)
+    }
+
+    /// A runtime that writes every change to `store`. Call
+    /// [`Runtime::recover`] before starting new work to bring back the
+    /// trees the store holds.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (the timer driver is spawned here).
+    pub fn with_store(config: RuntimeConfig, store: Arc<dyn TaskStore>) -> Self {
+        Self::build(config, Some(store))
+    }
+
+    fn build(config: RuntimeConfig, store: Option<Arc<dyn TaskStore>>) -> Self {
+        let inner = Arc::new(Inner::new(config, store));
         tokio::spawn(inner::timer_driver(Arc::downgrade(&inner)));
         Runtime { inner }
+    }
+
+    /// The store, if the runtime has one.
+    pub fn store(&self) -> Option<&Arc<dyn TaskStore>> {
+        self.inner.store.as_ref()
+    }
+
+    /// Resolves once everything the tree holding `id` has shown so far is
+    /// durable: call it after reading a snapshot and before showing it, and
+    /// after any command before acknowledging it. Immediate without a store
+    /// or when nothing is pending; for an unknown id it waits for every
+    /// batch submitted so far.
+    ///
+    /// # Errors
+    ///
+    /// The store failed: the change may be lost on a crash.
+    pub async fn flushed(&self, id: TaskId) -> Result<(), StoreError> {
+        let Some(store) = &self.inner.store else {
+            return Ok(());
+        };
+        let ticket = match self.inner.tree_of(id) {
+            Some(tree) => tree.state.lock().durable.ticket,
+            None => store.last_ticket(),
+        };
+        if store.is_durable(ticket)? {
+            return Ok(());
+        }
+        store.wait_durable(ticket).await
     }
 
     /// The configuration.
@@ -173,8 +220,20 @@ impl Runtime {
     pub(crate) fn start_root(
         &self,
         owner: Option<Arc<Owner>>,
+        opts: RootOptions,
+        body: HandlerBody,
+    ) -> Result<TaskId, RuntimeError> {
+        self.start_root_launch(owner, opts, body, None)
+    }
+
+    /// Starts a boxed handler body as a root task owned by `owner`, with
+    /// what a store needs to run it again after a restart.
+    pub(crate) fn start_root_launch(
+        &self,
+        owner: Option<Arc<Owner>>,
         mut opts: RootOptions,
         body: HandlerBody,
+        launch: Option<Launch>,
     ) -> Result<TaskId, RuntimeError> {
         let inner = &self.inner;
         if let Some(owner) = &owner {
@@ -193,6 +252,7 @@ impl Runtime {
                 forest,
                 rt: IdMap::default(),
                 owner,
+                durable: Durable::default(),
             }),
             changed: Notify::new(),
         });
@@ -202,8 +262,19 @@ impl Runtime {
             id,
             body,
             deps: Vec::new(),
+            rerun: false,
         };
         let mut post = Post::default();
+        if inner.store.is_some() {
+            let owner = tree.state.lock().owner.as_ref().map(|o| o.name().to_owned());
+            let (resumable, launch) = launch.map_or((false, None), |l| (l.resumable, Some(l.call)));
+            post.meta = Some(TreeMeta {
+                root: id,
+                owner,
+                resumable,
+                launch,
+            });
+        }
         {
             let mut st = tree.state.lock();
             if !fast {

@@ -18,11 +18,12 @@ use super::context::{DependencyOutcome, HandlerResult, TaskContext, TaskOutcome}
 use super::error::RuntimeError;
 use super::inner::Inner;
 use super::scheduler::Job;
-use crate::core::{Effect, Forest, IdMap, TaskRecord, TransitionError};
+use crate::core::{Effect, Forest, IdMap, TaskRecord, TransitionError, encode_state};
 use crate::model::{JsonObject, TaskId, Timestamp};
+use crate::store::{StoredTask, Ticket, TreeMeta, WriteBatch, WriteOp};
 
 /// The body of a handler, boxed until it starts.
-pub(crate) type HandlerBody = Box<dyn FnOnce(TaskContext) -> BoxFuture<'static, HandlerResult> + Send>;
+pub type HandlerBody = Box<dyn FnOnce(TaskContext) -> BoxFuture<'static, HandlerResult> + Send>;
 
 /// A queued task's handler, waiting for its dependencies, a slot, or resume.
 pub(crate) struct StartJob {
@@ -30,6 +31,9 @@ pub(crate) struct StartJob {
     pub(crate) id: TaskId,
     pub(crate) body: HandlerBody,
     pub(crate) deps: Vec<TaskId>,
+    /// The handler runs again after a restart: answers it had received
+    /// before are handed back when it asks the same keys.
+    pub(crate) rerun: bool,
 }
 
 /// Runtime-side data of a live task: created on demand, dropped when the
@@ -54,6 +58,17 @@ pub(crate) struct TreeState {
     pub(crate) rt: IdMap<TaskRt>,
     /// The principal that created the tree, if any.
     pub(crate) owner: Option<Arc<Owner>>,
+    /// Persistence bookkeeping (unused without a store).
+    pub(crate) durable: Durable,
+}
+
+/// A tree's write position in the store.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Durable {
+    /// Version of the tree's last batch.
+    pub(crate) version: u64,
+    /// Ticket of the tree's last batch: what a reader waits for.
+    pub(crate) ticket: Ticket,
 }
 
 /// A principal that owns trees, with a limit on its live (non-terminal) tasks.
@@ -87,6 +102,12 @@ impl Owner {
     /// The limit on live tasks.
     pub fn max_live(&self) -> usize {
         self.max_live
+    }
+
+    /// Counts `n` live tasks recovered after a restart (not limited: they
+    /// existed before).
+    pub(crate) fn force_reserve(&self, n: usize) {
+        self.live.fetch_add(n, Ordering::AcqRel);
     }
 
     /// Reserves one live task, or says the limit is reached.
@@ -142,6 +163,8 @@ pub(crate) struct Post {
     arm: Option<Timestamp>,
     submit_front: Vec<StartJob>,
     submit_back: Vec<StartJob>,
+    /// The tree row to write with the root's first batch.
+    pub(crate) meta: Option<TreeMeta>,
 }
 
 impl Post {
@@ -177,6 +200,11 @@ impl Inner {
 
     /// Turns the forest's effects into follow-up work. Under the tree lock.
     pub(crate) fn absorb(&self, st: &mut TreeState, post: &mut Post) {
+        let mut ops: Vec<WriteOp> = Vec::new();
+        if let Some(meta) = post.meta.take() {
+            ops.push(WriteOp::PutTree(meta));
+        }
+        let persist = self.store.is_some();
         for effect in st.forest.take_effects() {
             match effect {
                 Effect::Created { id, .. } => post.created.push(id),
@@ -217,7 +245,10 @@ impl Inner {
                     post.notify.extend(rt.notify.clone());
                 }
                 Effect::ArmTimer { at } => post.arm = Some(post.arm.map_or(at, |a| a.min(at))),
-                Effect::TreeDeleted { ids, .. } => {
+                Effect::TreeDeleted { ids, root } => {
+                    if persist {
+                        ops.push(WriteOp::DeleteTree(root));
+                    }
                     post.tree_changed = true;
                     for id in &ids {
                         if let Some(rt) = st.rt.remove(id) {
@@ -226,10 +257,39 @@ impl Inner {
                     }
                     post.deleted.extend(ids);
                 }
-                // The in-memory store is the forest itself; the durable store
-                // issue hooks persistence here.
-                Effect::Persist { .. } => {}
+                Effect::Persist { id } => {
+                    if persist && let Some(rec) = st.forest.task(id) {
+                        ops.push(WriteOp::PutTask(StoredTask {
+                            id,
+                            root: rec.root(),
+                            parent: rec.parent(),
+                            position: rec.position(),
+                            version: 0,
+                            state: encode_state(rec),
+                        }));
+                    }
+                }
             }
+        }
+        if let (Some(store), false) = (&self.store, ops.is_empty()) {
+            // Submitted under the tree lock: the tree's batches reach the
+            // store in command order.
+            st.durable.version += 1;
+            for op in &mut ops {
+                if let WriteOp::PutTask(t) = op {
+                    t.version = st.durable.version;
+                }
+            }
+            let root = match &ops[0] {
+                WriteOp::PutTree(m) => m.root,
+                WriteOp::PutTask(t) => t.root,
+                WriteOp::DeleteTree(r) => *r,
+            };
+            st.durable.ticket = store.submit(WriteBatch {
+                root,
+                version: st.durable.version,
+                ops,
+            });
         }
         // An idle tree holds no side-table allocation.
         if st.rt.is_empty() && st.rt.capacity() > 0 {
@@ -304,6 +364,7 @@ impl Inner {
     pub(crate) fn start_job(self: &Arc<Self>, job: StartJob) -> bool {
         let tree = job.tree.clone();
         let id = job.id;
+        let rerun = job.rerun;
         let started = self.with_tree(&tree, |st, now, _post| {
             match st.forest.start(now, id) {
                 Ok(()) => {}
@@ -332,7 +393,7 @@ impl Inner {
         let Some((body, deps, parent)) = started else {
             return false;
         };
-        let ctx = TaskContext::new(self.clone(), tree, id, parent, deps);
+        let ctx = TaskContext::new(self.clone(), tree, id, parent, deps, rerun);
         tokio::spawn(ctx.supervise(body));
         true
     }

@@ -107,11 +107,18 @@ impl Owners {
     }
 
     pub(crate) fn of(&self, principal: &Principal) -> Arc<Owner> {
-        self.by_name
-            .lock()
-            .entry(principal.0.clone())
-            .or_insert_with(|| Owner::new(principal.0.clone(), self.max_live))
-            .clone()
+        self.of_name(&principal.0)
+    }
+
+    pub(crate) fn of_name(&self, name: &str) -> Arc<Owner> {
+        let mut by_name = self.by_name.lock();
+        if let Some(o) = by_name.get(name) {
+            return o.clone();
+        }
+        let name: Arc<str> = name.into();
+        let owner = Owner::new(name.clone(), self.max_live);
+        by_name.insert(name, owner.clone());
+        owner
     }
 }
 

@@ -24,7 +24,8 @@ use crate::model::{
     RequestMeta, SteerTaskParams, SubscriptionsListenParams, TASKS_EXTENSION, TaskId, TaskIdParams,
     TaskPayload, TasksCapability,
 };
-use crate::runtime::{Owner, RuntimeError};
+use crate::runtime::{Launch, Owner, RuntimeError};
+use crate::store::StoreError;
 
 /// Protocol versions answered through the legacy `initialize` handshake
 /// (base protocol only: tools, no tasks).
@@ -282,7 +283,12 @@ impl Server {
             "prompts/list" => Ok(result_reply(&ctx.id, self.prompts_list())),
             "prompts/get" => self.prompts_get(&req, &ctx).await,
             "subscriptions/listen" => self.listen(&req, &ctx),
-            _ => self.task_method(&req, &ctx),
+            _ => {
+                let (reply, id) = self.task_method(&req, &ctx)?;
+                // Nothing is acknowledged or shown before it is durable.
+                self.inner.runtime.flushed(id).await.map_err(store_error)?;
+                Ok(reply)
+            }
         }
     }
 
@@ -398,6 +404,7 @@ impl Server {
             });
         }
         let call = self.read_call(req, ctx, name)?;
+        let call_copy = call.clone();
         let outcome = tool.tool.call(call).await;
         match outcome {
             ToolOutcome::Complete(result) => Ok(result_reply(&ctx.id, complete(result, legacy))),
@@ -423,11 +430,17 @@ impl Server {
                     ttl_ms: ttl_ms.or(self.inner.config.default_task_ttl_ms),
                     poll_interval_ms: None,
                 };
+                let launch = self.inner.runtime.store().map(|_| Launch {
+                    resumable: tool.spec.resumable,
+                    call: super::tool::launch_of(&call_copy),
+                });
                 let id = self
                     .inner
                     .runtime
-                    .start_root(Some(owner), opts, body)
+                    .start_root_launch(Some(owner), opts, body, launch)
                     .map_err(runtime_error)?;
+                // CreateTaskResult only once the task is durable (spec MUST).
+                self.inner.runtime.flushed(id).await.map_err(store_error)?;
                 if ctx.tasks.is_some() && !legacy {
                     let snap = self.inner.runtime.get(id, ctx.view()).ok_or_else(|| {
                         ErrorObject::new(
@@ -450,6 +463,7 @@ impl Server {
                 let done = self.inner.runtime.wait(id, ClientView::BASE).await;
                 let mut guard = guard;
                 guard.armed = false;
+                self.inner.runtime.flushed(id).await.map_err(store_error)?;
                 match done.map(|t| t.into_parts().1) {
                     Some(TaskPayload::Completed { result }) => {
                         Ok(result_reply(&ctx.id, complete(result, legacy)))
@@ -510,7 +524,8 @@ impl Server {
         }
     }
 
-    fn task_method(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
+    /// A `tasks/*` method; returns the reply and the task it concerns.
+    fn task_method(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<(Reply, TaskId), ErrorObject> {
         let rt = &self.inner.runtime;
         let view = ctx.view();
         let ack = || json!({"resultType": "complete"});
@@ -519,7 +534,7 @@ impl Server {
                 let p: TaskIdParams = req.params_as()?;
                 let id = self.visible_task(&p.task_id, &ctx.principal)?;
                 let snap = rt.get(id, view).ok_or_else(ErrorObject::task_not_found)?;
-                Ok(result_reply(&ctx.id, task_result(snap)))
+                Ok((result_reply(&ctx.id, task_result(snap)), id))
             }
             "tasks/update" => {
                 let p: TaskIdParams = req.params_as()?;
@@ -529,31 +544,31 @@ impl Server {
                 };
                 let id = self.visible_task(&p.task_id, &ctx.principal)?;
                 rt.update(id, responses).map_err(runtime_error)?;
-                Ok(result_reply(&ctx.id, ack()))
+                Ok((result_reply(&ctx.id, ack()), id))
             }
             "tasks/cancel" => {
                 let p: TaskIdParams = req.params_as()?;
                 let id = self.visible_task(&p.task_id, &ctx.principal)?;
                 let _ = rt.cancel(id).map_err(runtime_error)?;
-                Ok(result_reply(&ctx.id, ack()))
+                Ok((result_reply(&ctx.id, ack()), id))
             }
             "tasks/steer" => {
                 let p: SteerTaskParams = req.params_as()?;
                 let id = self.visible_task(&p.task_id, &ctx.principal)?;
                 rt.steer(id, p.message).map_err(runtime_error)?;
-                Ok(result_reply(&ctx.id, ack()))
+                Ok((result_reply(&ctx.id, ack()), id))
             }
             "tasks/pause" => {
                 let p: TaskIdParams = req.params_as()?;
                 let id = self.visible_task(&p.task_id, &ctx.principal)?;
                 let snap = rt.pause(id, view).map_err(runtime_error)?;
-                Ok(result_reply(&ctx.id, task_result(snap)))
+                Ok((result_reply(&ctx.id, task_result(snap)), id))
             }
             "tasks/resume" => {
                 let p: TaskIdParams = req.params_as()?;
                 let id = self.visible_task(&p.task_id, &ctx.principal)?;
                 let snap = rt.resume(id, view).map_err(runtime_error)?;
-                Ok(result_reply(&ctx.id, task_result(snap)))
+                Ok((result_reply(&ctx.id, task_result(snap)), id))
             }
             other => Err(ErrorObject::new(
                 ErrorCode::METHOD_NOT_FOUND,
@@ -611,6 +626,9 @@ impl Server {
             let sid = sid.clone();
             async move {
                 let task = all.next().await?;
+                // A snapshot is shown only once it is durable; a store
+                // failure ends the stream rather than showing it.
+                rt.flushed(task.task().task_id).await.ok()?;
                 // Subtasks are included: follow every child as it appears.
                 for child in &task.task().child_task_ids {
                     if watched.insert(*child) {
@@ -724,6 +742,13 @@ fn seed(snap: DetailedTask) -> DetailedTask {
         task.last_updated_at = task.created_at;
     }
     DetailedTask::new(task, TaskPayload::Working)
+}
+
+fn store_error(e: StoreError) -> ErrorObject {
+    ErrorObject::new(
+        ErrorCode::INTERNAL_ERROR,
+        format!("the change could not be made durable: {e}"),
+    )
 }
 
 fn runtime_error(e: RuntimeError) -> ErrorObject {

@@ -22,7 +22,8 @@ pub use tool::{
     ToolSpec, elicitation, error_result, text_result,
 };
 
-use crate::runtime::Runtime;
+use crate::runtime::{RecoveryReport, Runtime};
+use crate::store::StoreError;
 
 /// An MCP server over a [`Runtime`]. Cheap to clone.
 #[derive(Clone)]
@@ -123,5 +124,42 @@ impl Server {
     /// The configuration.
     pub fn config(&self) -> &ServerConfig {
         &self.inner.config
+    }
+
+    /// Brings back the trees of the runtime's store after a restart (see
+    /// [`Runtime::recover`]): each tree keeps its principal, and the task of
+    /// a resumable tool runs again by calling the tool with the stored call.
+    /// Call it once, before serving.
+    ///
+    /// # Errors
+    ///
+    /// The store cannot be read or holds a damaged tree.
+    pub async fn recover(&self) -> Result<RecoveryReport, StoreError> {
+        let inner = self.inner.clone();
+        let owners = self.inner.clone();
+        self.inner
+            .runtime
+            .recover(
+                move |name| owners.owners.of_name(name),
+                move |meta| {
+                    let inner = inner.clone();
+                    let launch = meta.launch.clone();
+                    async move {
+                        let call = tool::call_of_launch(launch.as_ref()?)?;
+                        let tool = inner.tools.iter().find(|t| t.spec.name == call.name)?;
+                        if !tool.spec.resumable {
+                            return None;
+                        }
+                        match tool.tool.call(call).await {
+                            ToolOutcome::Task { body, .. } => Some(body),
+                            other => {
+                                tracing::warn!(outcome = ?other, "a resumable tool did not return a task when called again");
+                                None
+                            }
+                        }
+                    }
+                },
+            )
+            .await
     }
 }

@@ -36,6 +36,12 @@ pub struct ToolSpec {
     pub input_schema: JsonObject,
     /// Task support.
     pub task_support: TaskSupport,
+    /// Whether the tool's task may run again from the start after a server
+    /// restart (with its queued steers and the input answers it had
+    /// received). Its handler must then be safe to repeat: side effects it
+    /// made before the restart happen again. Non-resumable tasks that were
+    /// running when the server stopped fail with a restart error.
+    pub resumable: bool,
 }
 
 impl ToolSpec {
@@ -50,7 +56,15 @@ impl ToolSpec {
             description: description.to_owned(),
             input_schema: JsonObject::from_value(schema).expect("a tool's input schema is a JSON object"),
             task_support,
+            resumable: false,
         }
+    }
+
+    /// Declares the tool resumable (see [`ToolSpec::resumable`]).
+    #[must_use]
+    pub fn resumable(mut self) -> Self {
+        self.resumable = true;
+        self
     }
 }
 
@@ -97,6 +111,31 @@ impl ToolCall {
     pub fn tasks_declared(&self) -> bool {
         self.tasks.is_some()
     }
+}
+
+/// What is stored with a task so its tool can be called again after a
+/// restart: the whole call (its `requestState` already verified).
+pub(crate) fn launch_of(call: &ToolCall) -> Value {
+    serde_json::json!({
+        "name": call.name,
+        "arguments": call.arguments,
+        "inputResponses": call.input_responses,
+        "requestState": call.request_state,
+        "capabilities": call.client_capabilities,
+        "tasks": call.tasks,
+    })
+}
+
+/// The call stored by [`launch_of`], `None` when it does not read back.
+pub(crate) fn call_of_launch(launch: &Value) -> Option<ToolCall> {
+    Some(ToolCall {
+        name: launch.get("name")?.as_str()?.to_owned(),
+        arguments: serde_json::from_value(launch.get("arguments")?.clone()).ok()?,
+        input_responses: serde_json::from_value(launch.get("inputResponses")?.clone()).ok()?,
+        request_state: launch.get("requestState").filter(|v| !v.is_null()).cloned(),
+        client_capabilities: serde_json::from_value(launch.get("capabilities")?.clone()).ok()?,
+        tasks: serde_json::from_value(launch.get("tasks")?.clone()).ok()?,
+    })
 }
 
 /// The body of a task: runs in the runtime with a [`TaskContext`].

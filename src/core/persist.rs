@@ -1,0 +1,508 @@
+//! Records in and out of a store, and the recovery of a tree after a restart.
+//!
+//! A task is stored as its structural position (id, root, parent, index in
+//! the parent's `childTaskIds`) plus a JSON *state*: everything else the core
+//! knows about it. Derived fields (depth, children, live-children counts,
+//! armed timers) are never stored; [`Forest::restore`] rebuilds them and
+//! refuses a tree that breaks an invariant rather than repairing it into a
+//! different tree.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use super::config::ForestConfig;
+use super::forest::{Forest, IdMap};
+use super::record::{Ending, HandlerOutcome, HandlerState, InputBook, PauseState, Phase, TaskRecord};
+use crate::model::{ErrorCode, ErrorObject, TaskId, Timestamp};
+
+/// Version of the state encoding written by [`encode_state`].
+pub const STATE_FORMAT: u32 = 1;
+
+#[derive(Serialize)]
+struct StateRef<'a> {
+    v: u32,
+    created_at: u64,
+    last_updated_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    poll_interval_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    fail_fast: bool,
+    #[serde(skip_serializing_if = "VecDeque::is_empty")]
+    steers: &'a VecDeque<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inputs: Option<&'a InputBook>,
+    phase: &'a Phase,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateOwned {
+    v: u32,
+    created_at: u64,
+    last_updated_at: u64,
+    #[serde(default)]
+    ttl_ms: Option<u64>,
+    #[serde(default)]
+    poll_interval_ms: Option<u64>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    fail_fast: bool,
+    #[serde(default)]
+    steers: VecDeque<String>,
+    #[serde(default)]
+    inputs: Option<InputBook>,
+    phase: Phase,
+}
+
+/// The JSON state of a record (everything but its structural position).
+pub fn encode_state(rec: &TaskRecord) -> String {
+    let state = StateRef {
+        v: STATE_FORMAT,
+        created_at: rec.created_at.as_millis(),
+        last_updated_at: rec.last_updated_at.as_millis(),
+        ttl_ms: rec.ttl_ms,
+        poll_interval_ms: rec.poll_interval_ms,
+        message: rec.message.as_deref(),
+        fail_fast: rec.fail_fast,
+        steers: &rec.steers,
+        inputs: rec.inputs.as_deref(),
+        phase: &rec.phase,
+    };
+    serde_json::to_string(&state).expect("task state serializes")
+}
+
+/// A record from its position and the JSON written by [`encode_state`].
+/// Derived fields are filled in by [`Forest::restore`].
+///
+/// # Errors
+///
+/// A description of what is wrong with `state`.
+pub fn decode_state(
+    id: TaskId,
+    root: TaskId,
+    parent: Option<TaskId>,
+    position: u32,
+    state: &str,
+) -> Result<TaskRecord, String> {
+    let s: StateOwned = serde_json::from_str(state).map_err(|e| format!("unreadable task state: {e}"))?;
+    if s.v != STATE_FORMAT {
+        return Err(format!(
+            "task state format {} is not the supported format {STATE_FORMAT}",
+            s.v
+        ));
+    }
+    Ok(TaskRecord {
+        id,
+        parent,
+        root,
+        depth: 0,
+        position,
+        children: Vec::new(),
+        live_children: 0,
+        created_at: Timestamp::from_millis(s.created_at),
+        last_updated_at: Timestamp::from_millis(s.last_updated_at),
+        ttl_ms: s.ttl_ms,
+        poll_interval_ms: s.poll_interval_ms,
+        message: s.message,
+        fail_fast: s.fail_fast,
+        steers: s.steers,
+        inputs: s.inputs.map(Box::new),
+        phase: s.phase,
+        touch_epoch: 0,
+        expiry_timer: None,
+        delete_timer: None,
+    })
+}
+
+/// Why a stored tree cannot be restored. Nothing is repaired: the operator
+/// sees which tree and task are wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoreError {
+    /// The tree.
+    pub root: TaskId,
+    /// The task the problem was found on, when it is one task's.
+    pub task: Option<TaskId>,
+    /// What is wrong.
+    pub detail: String,
+}
+
+impl std::fmt::Display for RestoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.task {
+            Some(t) => write!(f, "tree {}: task {t}: {}", self.root, self.detail),
+            None => write!(f, "tree {}: {}", self.root, self.detail),
+        }
+    }
+}
+
+impl std::error::Error for RestoreError {}
+
+/// What [`Forest::recover_after_restart`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Tasks whose handler was lost and which now fail (or are cancelled,
+    /// when a cancel was already under way), children first.
+    pub failed: Vec<TaskId>,
+    /// The root, when its handler is to run again (a resumable tool).
+    pub rerun: Option<TaskId>,
+}
+
+/// The error of a task whose handler was running when the server stopped.
+pub fn restart_error() -> ErrorObject {
+    ErrorObject::new(
+        ErrorCode::INTERNAL_ERROR,
+        "the server restarted while this task was running; its work was lost",
+    )
+    .with_data(serde_json::json!({ "reason": "server_restarted" }))
+}
+
+impl Forest {
+    /// Rebuilds one tree from its stored records: children in their stored
+    /// order, depths, live-children counts and armed timers; then checks
+    /// every structural invariant.
+    ///
+    /// # Errors
+    ///
+    /// A missing or duplicated root, a task of another tree, a parent that
+    /// does not resolve, a gap or clash in a parent's child positions, a
+    /// task not reachable from the root (a cycle), or any violated invariant.
+    pub fn restore(
+        config: ForestConfig,
+        root: TaskId,
+        records: Vec<TaskRecord>,
+        now: Timestamp,
+    ) -> Result<Forest, RestoreError> {
+        let err = |task: Option<TaskId>, detail: String| RestoreError { root, task, detail };
+        let mut forest = Forest::new(config);
+        forest.now = now;
+        let mut tasks: IdMap<Box<TaskRecord>> = IdMap::default();
+        let mut latest = Timestamp::EPOCH;
+        for rec in records {
+            if rec.root != root {
+                return Err(err(Some(rec.id), format!("belongs to tree {}", rec.root)));
+            }
+            match rec.parent {
+                None if rec.id != root => return Err(err(Some(rec.id), "a second root".into())),
+                Some(_) if rec.id == root => return Err(err(Some(rec.id), "the root has a parent".into())),
+                Some(p) if p == rec.id => return Err(err(Some(rec.id), "task is its own parent".into())),
+                _ => {}
+            }
+            latest = latest.max(rec.last_updated_at);
+            let id = rec.id;
+            if tasks.insert(id, Box::new(rec)).is_some() {
+                return Err(err(Some(id), "stored twice".into()));
+            }
+        }
+        if !tasks.contains_key(&root) {
+            return Err(err(None, "the root task is missing".into()));
+        }
+        // Children by parent, in stored position order; positions must be 0..n.
+        let mut children: IdMap<Vec<(u32, TaskId)>> = IdMap::default();
+        for rec in tasks.values() {
+            if let Some(p) = rec.parent {
+                if !tasks.contains_key(&p) {
+                    return Err(err(Some(rec.id), format!("parent {p} does not exist")));
+                }
+                children.entry(p).or_default().push((rec.position, rec.id));
+            }
+        }
+        for (parent, kids) in &mut children {
+            kids.sort_unstable();
+            for (i, (pos, id)) in kids.iter().enumerate() {
+                if *pos as usize != i {
+                    return Err(err(
+                        Some(*id),
+                        format!("position {pos} under {parent} leaves a gap or clashes (expected {i})"),
+                    ));
+                }
+            }
+        }
+        // Depths from the root; every task must be reached exactly once.
+        let mut reached = 0usize;
+        let mut stack = vec![(root, 0u32)];
+        while let Some((id, depth)) = stack.pop() {
+            reached += 1;
+            let kids: Vec<TaskId> = children
+                .get(&id)
+                .map(|k| k.iter().map(|(_, c)| *c).collect())
+                .unwrap_or_default();
+            let live = kids.iter().filter(|c| !tasks[*c].is_terminal()).count() as u32;
+            let rec = tasks.get_mut(&id).expect("reached ids exist");
+            rec.depth = depth;
+            rec.live_children = live;
+            stack.extend(kids.iter().map(|c| (*c, depth + 1)));
+            rec.children = kids;
+        }
+        if reached != tasks.len() {
+            return Err(err(
+                None,
+                format!(
+                    "{} of {} tasks are not reachable from the root",
+                    tasks.len() - reached,
+                    tasks.len()
+                ),
+            ));
+        }
+        forest.tasks = tasks;
+        forest.now = forest.now.max(latest);
+        let ids: Vec<TaskId> = forest.tasks.keys().copied().collect();
+        for id in ids {
+            forest.sync_expiry_timer(id);
+        }
+        forest.sync_delete_timer(root);
+        forest
+            .check_invariants()
+            .map_err(|v| err(Some(v.task), v.to_string()))?;
+        Ok(forest)
+    }
+
+    /// After a restart, no handler of this tree is running any more. Every
+    /// task whose handler was running or queued becomes `failed` with
+    /// [`restart_error`] (or `cancelled` when a cancel was under way),
+    /// children first, through the ordinary settling rules; tasks whose
+    /// handler had already returned complete once their children are
+    /// terminal. When `rerun_root` is set (the tool declared itself
+    /// resumable) and the root's handler had not finished, the root is
+    /// queued again with its persisted state (pause, queued steers, input
+    /// requests and answers) instead; its old subtasks still fail, and
+    /// because they failed only by the restart, their fail-fast policy does
+    /// not fail the re-running root.
+    pub fn recover_after_restart(&mut self, now: Timestamp, root: TaskId, rerun_root: bool) -> Recovery {
+        let mut out = Recovery::default();
+        let Some(rec) = self.tasks.get(&root) else {
+            return out;
+        };
+        if rec.is_terminal() {
+            return out;
+        }
+        let rerun = rerun_root
+            && rec
+                .active()
+                .is_some_and(|a| a.ending.is_none() && !matches!(a.handler, HandlerState::Exited(_)));
+        self.begin(now);
+        let order = self.live_subtree_post_order(root);
+        if rerun {
+            let rec = self.rec_mut(root);
+            rec.message = Some("the server restarted: the handler runs again".to_owned());
+            // Unanswered requests are withdrawn and their keys freed: the
+            // handler asks again when it gets there. Answers stay.
+            if let Some(book) = rec.inputs.as_mut() {
+                let open: Vec<String> = std::mem::take(&mut book.outstanding).into_keys().collect();
+                for key in open {
+                    book.used.remove(&key);
+                }
+            }
+            if let Some(a) = rec.active_mut() {
+                a.handler = HandlerState::Queued;
+                a.waits = 0;
+                match &mut a.pause {
+                    PauseState::Pending { via } => {
+                        a.pause = PauseState::Paused {
+                            via: *via,
+                            prior: crate::model::TaskStatus::Working,
+                            reason: None,
+                        };
+                    }
+                    PauseState::Paused { prior, .. } => *prior = crate::model::TaskStatus::Working,
+                    PauseState::Unpaused => {}
+                }
+            }
+            out.rerun = Some(root);
+        }
+        let error = restart_error();
+        for &t in &order {
+            if rerun && t == root {
+                continue;
+            }
+            let rec = self.rec_mut(t);
+            let Some(a) = rec.active_mut() else { continue };
+            if matches!(a.handler, HandlerState::Exited(_)) {
+                continue;
+            }
+            a.handler = HandlerState::Exited(HandlerOutcome::Aborted);
+            a.waits = 0;
+            a.pause = PauseState::Unpaused;
+            if a.ending.is_none() {
+                a.ending = Some(Ending::Failing { error: error.clone() });
+            }
+            rec.clear_outstanding();
+            rec.steers.clear();
+            out.failed.push(t);
+        }
+        for &t in &order {
+            self.try_settle(t);
+        }
+        self.end();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{ChildOptions, ClientView, RootOptions};
+    use crate::model::{JsonObject, TaskStatus};
+
+    fn t(ms: u64) -> Timestamp {
+        Timestamp::from_millis(1_000_000 + ms)
+    }
+
+    fn roundtrip(forest: &Forest, root: TaskId) -> Result<Forest, RestoreError> {
+        let records = forest
+            .result_order(root)
+            .into_iter()
+            .map(|id| {
+                let r = forest.task(id).unwrap();
+                decode_state(r.id, r.root, r.parent, r.position, &encode_state(r)).unwrap()
+            })
+            .collect();
+        Forest::restore(*forest.config(), root, records, forest.now())
+    }
+
+    fn tree() -> (Forest, TaskId, TaskId, TaskId) {
+        let mut f = Forest::default();
+        let root = f
+            .create_root(
+                t(0),
+                RootOptions {
+                    ttl_ms: Some(60_000),
+                    poll_interval_ms: Some(500),
+                },
+            )
+            .unwrap();
+        f.start(t(0), root).unwrap();
+        let a = f.create_child(t(1), root, ChildOptions::default()).unwrap();
+        f.start(t(1), a).unwrap();
+        let b = f
+            .create_child(
+                t(2),
+                root,
+                ChildOptions {
+                    fail_fast: true,
+                    ..ChildOptions::default()
+                },
+            )
+            .unwrap();
+        f.start(t(2), b).unwrap();
+        f.request_input(t(3), a, "q".into(), JsonObject::new()).unwrap();
+        f.steer(t(4), b, "focus".into()).unwrap();
+        (f, root, a, b)
+    }
+
+    #[test]
+    fn a_tree_round_trips_with_every_snapshot_equal() {
+        let (mut f, root, a, b) = tree();
+        f.finish(t(5), b, HandlerOutcome::Returned(JsonObject::new()))
+            .unwrap();
+        let g = roundtrip(&f, root).unwrap();
+        for id in [root, a, b] {
+            assert_eq!(
+                g.snapshot(id, ClientView::PAUSE_AWARE),
+                f.snapshot(id, ClientView::PAUSE_AWARE)
+            );
+            assert_eq!(g.task(id).unwrap().phase(), f.task(id).unwrap().phase());
+            assert_eq!(
+                g.task(id).unwrap().queued_steers(),
+                f.task(id).unwrap().queued_steers()
+            );
+        }
+        assert_eq!(g.next_deadline(), f.next_deadline());
+        g.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn restart_fails_running_tasks_children_first() {
+        let (f, root, a, b) = tree();
+        let mut g = roundtrip(&f, root).unwrap();
+        let rec = g.recover_after_restart(t(10), root, false);
+        assert_eq!(rec.rerun, None);
+        assert_eq!(rec.failed, vec![a, b, root]);
+        for id in [a, b, root] {
+            assert_eq!(g.task(id).unwrap().status(), TaskStatus::Failed);
+        }
+        let changed: Vec<TaskId> = g
+            .drain_effects()
+            .filter_map(|e| match e {
+                crate::core::Effect::Changed { id, to, .. } if to.is_terminal() => Some(id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(changed.last(), Some(&root), "the root settles last (I6)");
+        g.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_resumable_root_is_queued_again_and_not_failed_by_its_fail_fast_child() {
+        let (f, root, a, b) = tree();
+        let mut g = roundtrip(&f, root).unwrap();
+        let rec = g.recover_after_restart(t(10), root, true);
+        assert_eq!(rec.rerun, Some(root));
+        assert_eq!(rec.failed, vec![a, b]);
+        let r = g.task(root).unwrap();
+        assert_eq!(r.status(), TaskStatus::Working);
+        assert_eq!(r.active().unwrap().handler, HandlerState::Queued);
+        assert!(r.active().unwrap().ending.is_none());
+        g.check_invariants().unwrap();
+        g.start(t(11), root).unwrap();
+        g.finish(t(12), root, HandlerOutcome::Returned(JsonObject::new()))
+            .unwrap();
+        assert_eq!(g.task(root).unwrap().status(), TaskStatus::Completed);
+    }
+
+    #[test]
+    fn a_parent_whose_handler_returned_completes_after_recovery() {
+        let (mut f, root, a, b) = tree();
+        f.finish(t(5), root, HandlerOutcome::Returned(JsonObject::new()))
+            .unwrap();
+        let mut g = roundtrip(&f, root).unwrap();
+        let rec = g.recover_after_restart(t(10), root, true);
+        assert_eq!(rec.rerun, None, "a finished handler is not run again");
+        assert_eq!(g.task(a).unwrap().status(), TaskStatus::Failed);
+        assert_eq!(g.task(b).unwrap().status(), TaskStatus::Failed);
+        // b was fail-fast: its failure fails the parent, as it would have.
+        assert_eq!(g.task(root).unwrap().status(), TaskStatus::Failed);
+        g.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn broken_trees_are_refused_not_repaired() {
+        let (f, root, a, b) = tree();
+        let rec = |id: TaskId| {
+            let r = f.task(id).unwrap();
+            decode_state(r.id, r.root, r.parent, r.position, &encode_state(r)).unwrap()
+        };
+        let now = f.now();
+        let cfg = *f.config();
+        // Missing root.
+        let e = Forest::restore(cfg, root, vec![rec(a), rec(b)], now).unwrap_err();
+        assert!(e.detail.contains("root"), "{e}");
+        // A gap in positions.
+        let mut gap = rec(b);
+        gap.position = 5;
+        let e = Forest::restore(cfg, root, vec![rec(root), rec(a), gap], now).unwrap_err();
+        assert!(e.detail.contains("gap"), "{e}");
+        // A cycle: a is its own grandparent through b.
+        let mut ca = rec(a);
+        ca.parent = Some(b);
+        let mut cb = rec(b);
+        cb.parent = Some(a);
+        cb.position = 0;
+        let e = Forest::restore(cfg, root, vec![rec(root), ca, cb], now).unwrap_err();
+        assert!(e.detail.contains("not reachable"), "{e}");
+        // A terminal parent with a live child (I4).
+        let mut done = rec(root);
+        done.phase = Phase::Terminal(crate::core::Terminal::Cancelled { reason: "x".into() });
+        let e = Forest::restore(cfg, root, vec![done, rec(a), rec(b)], now).unwrap_err();
+        assert!(e.detail.contains("I4") || e.detail.contains("I6"), "{e}");
+        // Unknown fields (a newer format) are not guessed at.
+        let r = f.task(a).unwrap();
+        let newer = encode_state(r).replacen('{', "{\"future\":1,", 1);
+        assert!(decode_state(a, root, Some(root), 0, &newer).is_err());
+    }
+}

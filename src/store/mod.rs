@@ -1,0 +1,286 @@
+//! Durability behind one trait: [`TaskStore`].
+//!
+//! The runtime writes every change of a tree as one [`WriteBatch`] (the
+//! records one command touched, plus tree creation and deletion), under that
+//! tree's lock and without waiting; [`TaskStore::submit`] hands back a
+//! [`Ticket`]. Whoever must not answer before the change is durable (the
+//! server before `CreateTaskResult`, before any snapshot it shows a client)
+//! waits for the ticket with [`TaskStore::wait_durable`]. Backends batch
+//! concurrent writers' records into one transaction and one fsync (group
+//! commit).
+//!
+//! Backends: [`MemoryStore`] (nothing survives the process; the reference
+//! for the property tests) and [`SqliteStore`] (the embedded default).
+//!
+//! # Contract
+//!
+//! * **Order.** Batches are applied in the order of their tickets. Tickets
+//!   are totally ordered: once a ticket is durable, every earlier ticket is
+//!   durable too.
+//! * **Atomicity.** A batch is applied whole or not at all, and never after
+//!   a later batch of the same tree. A crash leaves every tree exactly as
+//!   some prefix of its batches left it; since each batch is what one
+//!   lifecycle command changed, every invariant of the tree holds on disk.
+//! * **Durability.** When `wait_durable(t)` resolves `Ok`, batch `t` and
+//!   every earlier batch survive a crash of the process, and, with
+//!   [`Durability::Full`], a crash of the machine.
+//! * **Failure.** A batch that cannot be written fails its ticket and every
+//!   later one: the store stops accepting state it cannot keep, and
+//!   `wait_durable` reports the error from then on.
+//! * **Non-blocking submit.** `submit` never waits for I/O: it is called
+//!   under a tree lock.
+//! * **Versions.** Every stored task carries the version of the batch that
+//!   last wrote it; versions of a tree increase with each batch. A
+//!   multi-instance backend uses them to refuse a stale writer.
+
+mod memory;
+mod sqlite;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::sync::Notify;
+
+pub use memory::MemoryStore;
+pub use sqlite::{SqliteConfig, SqliteStore};
+
+use crate::model::TaskId;
+
+/// A position in a store's write order (see the module's contract).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Ticket(pub u64);
+
+/// How hard a backend works to keep a committed batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Every group commit is fsynced before its writers are released: a
+    /// batch acknowledged as durable survives a process crash, a kernel
+    /// panic and a power cut. The default.
+    #[default]
+    Full,
+    /// Commits reach the operating system but are fsynced only at
+    /// checkpoints: nothing acknowledged is lost when the *process* dies
+    /// (the written data is in the kernel's page cache), but a power cut or
+    /// kernel crash can lose the last acknowledged commits (the tree is then
+    /// as an earlier batch left it, never torn). Several times faster on
+    /// disks with slow fsync.
+    Relaxed,
+}
+
+/// One task as stored: its position in the tree and its state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredTask {
+    /// The task.
+    pub id: TaskId,
+    /// The root of its tree.
+    pub root: TaskId,
+    /// Its parent; `None` for the root.
+    pub parent: Option<TaskId>,
+    /// Its index in the parent's `childTaskIds` (0 for the root).
+    pub position: u32,
+    /// The version of the tree's batch that wrote this record last.
+    pub version: u64,
+    /// Everything else, as written by [`crate::core::encode_state`].
+    pub state: String,
+}
+
+/// What a tree was started as, written once when its root is created.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TreeMeta {
+    /// The root task.
+    pub root: TaskId,
+    /// The principal that owns the tree (`None` when unowned).
+    pub owner: Option<String>,
+    /// Whether the root's handler may run again after a restart.
+    pub resumable: bool,
+    /// How to start the handler again (for the server: the tool call).
+    pub launch: Option<Value>,
+}
+
+/// A stored tree: its metadata and every task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredTree {
+    /// Metadata.
+    pub meta: TreeMeta,
+    /// Every task of the tree, in no particular order.
+    pub tasks: Vec<StoredTask>,
+}
+
+/// One write.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteOp {
+    /// Creates a tree (its root's record follows in the same batch).
+    PutTree(TreeMeta),
+    /// Inserts or replaces a task's record. Position, root and parent never
+    /// change after the first write (I1, I2).
+    PutTask(StoredTask),
+    /// Deletes a whole tree.
+    DeleteTree(TaskId),
+}
+
+/// What one command changed in one tree: applied atomically.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteBatch {
+    /// The tree.
+    pub root: TaskId,
+    /// The tree's version after this batch.
+    pub version: u64,
+    /// The writes, in order.
+    pub ops: Vec<WriteOp>,
+}
+
+/// A store failure. Cloneable: every waiter of a failed batch gets it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// The database cannot be opened, read or written.
+    Io(String),
+    /// The database is damaged or holds data that breaks an invariant. It
+    /// is reported, never repaired into a different tree.
+    Corrupt(String),
+    /// The database was written by a newer `subtask` with a schema this
+    /// build does not know.
+    NewerSchema {
+        /// The schema version in the file.
+        found: i64,
+        /// The newest this build supports.
+        supported: i64,
+    },
+    /// Another process holds the database.
+    Locked(String),
+    /// The store failed earlier and accepts no more writes.
+    Failed(String),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Io(m) => write!(f, "store I/O error: {m}"),
+            StoreError::Corrupt(m) => write!(f, "the database is damaged: {m}"),
+            StoreError::NewerSchema { found, supported } => write!(
+                f,
+                "the database has schema version {found}, newer than the {supported} this subtask supports; upgrade subtask"
+            ),
+            StoreError::Locked(m) => write!(f, "the database is in use: {m}"),
+            StoreError::Failed(m) => write!(f, "the store failed earlier and is read-only: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// The one boundary for persistence (see the module's contract).
+pub trait TaskStore: Send + Sync + 'static {
+    /// Queues a batch and returns its ticket at once, without I/O.
+    fn submit(&self, batch: WriteBatch) -> Ticket;
+
+    /// `Ok(true)` when `ticket` is durable now (the fast path of a reader).
+    ///
+    /// # Errors
+    ///
+    /// The store failed at or before `ticket`.
+    fn is_durable(&self, ticket: Ticket) -> Result<bool, StoreError>;
+
+    /// Resolves once `ticket` (and so every earlier one) is durable.
+    fn wait_durable(&self, ticket: Ticket) -> BoxFuture<'static, Result<(), StoreError>>;
+
+    /// The latest ticket handed out.
+    fn last_ticket(&self) -> Ticket;
+
+    /// Every tree that is not deleted (blocking; for start-up). Waits for
+    /// batches submitted before the call.
+    ///
+    /// # Errors
+    ///
+    /// I/O errors, damaged data.
+    fn load(&self) -> Result<Vec<StoredTree>, StoreError>;
+
+    /// One task by id (blocking). Waits for batches submitted before the call.
+    ///
+    /// # Errors
+    ///
+    /// I/O errors.
+    fn get(&self, id: TaskId) -> Result<Option<StoredTask>, StoreError>;
+
+    /// A short description for logs (`sqlite:./subtask.db (full)`).
+    fn describe(&self) -> String;
+}
+
+/// The durable watermark shared by a backend and its waiters: tickets up to
+/// it are durable; a failure is sticky.
+#[derive(Debug, Default)]
+pub struct Watermark {
+    durable: AtomicU64,
+    failed: Mutex<Option<(u64, StoreError)>>,
+    notify: Notify,
+}
+
+impl Watermark {
+    /// A watermark at ticket 0.
+    pub fn new() -> Arc<Watermark> {
+        Arc::new(Watermark::default())
+    }
+
+    /// Tickets up to `t` are durable.
+    pub fn advance(&self, t: Ticket) {
+        self.durable.fetch_max(t.0, Ordering::AcqRel);
+        self.notify.notify_waiters();
+    }
+
+    /// Ticket `t` and every later one failed with `e`.
+    pub fn fail(&self, t: Ticket, e: StoreError) {
+        let mut f = self.failed.lock();
+        if f.is_none() {
+            *f = Some((t.0, e));
+        }
+        drop(f);
+        self.notify.notify_waiters();
+    }
+
+    /// `Ok(true)` when `t` is durable.
+    ///
+    /// # Errors
+    ///
+    /// The store failed at or before `t`.
+    pub fn check(&self, t: Ticket) -> Result<bool, StoreError> {
+        if self.durable.load(Ordering::Acquire) >= t.0 {
+            return Ok(true);
+        }
+        match &*self.failed.lock() {
+            Some((at, e)) if *at <= t.0 => Err(e.clone()),
+            _ => Ok(false),
+        }
+    }
+
+    /// Waits until `t` is durable.
+    ///
+    /// # Errors
+    ///
+    /// The store failed at or before `t`.
+    pub async fn wait(self: Arc<Self>, t: Ticket) -> Result<(), StoreError> {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.check(t)? {
+                return Ok(());
+            }
+            notified.await;
+        }
+    }
+
+    /// Blocks the calling thread until `t` is durable (for start-up and tests).
+    ///
+    /// # Errors
+    ///
+    /// The store failed at or before `t`.
+    pub fn wait_blocking(&self, t: Ticket) -> Result<(), StoreError> {
+        while !self.check(t)? {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        Ok(())
+    }
+}
