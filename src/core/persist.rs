@@ -240,12 +240,29 @@ impl Forest {
             rec.children = kids;
         }
         if reached != tasks.len() {
+            // Name the stray tasks (a cycle or a detached subtree): walk again,
+            // on this error path only.
+            let mut seen: IdMap<()> = IdMap::default();
+            let mut stack = vec![root];
+            while let Some(id) = stack.pop() {
+                seen.insert(id, ());
+                stack.extend(children.get(&id).into_iter().flatten().map(|(_, c)| *c));
+            }
+            let mut stray: Vec<TaskId> = tasks
+                .keys()
+                .filter(|id| !seen.contains_key(id))
+                .copied()
+                .collect();
+            stray.sort_unstable();
+            let shown: Vec<String> = stray.iter().take(10).map(ToString::to_string).collect();
             return Err(err(
-                None,
+                stray.first().copied(),
                 format!(
-                    "{} of {} tasks are not reachable from the root",
-                    tasks.len() - reached,
-                    tasks.len()
+                    "{} of {} tasks are not reachable from the root (a cycle): {}{}",
+                    stray.len(),
+                    tasks.len(),
+                    shown.join(", "),
+                    if stray.len() > shown.len() { ", ..." } else { "" }
                 ),
             ));
         }

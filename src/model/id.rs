@@ -32,9 +32,30 @@ pub struct TaskId {
 }
 
 impl TaskId {
-    /// A fresh id with 122 random bits from the OS RNG (UUID v4).
+    /// A fresh id with 122 random bits from the OS RNG (UUID v4). The OS
+    /// bytes are fetched 4 KiB at a time per thread, so an id costs no
+    /// system call; they are never reused.
     pub fn random() -> Self {
-        TaskId::from_u128(uuid::Uuid::new_v4().as_u128())
+        use std::cell::RefCell;
+        const BUF: usize = 4096;
+        thread_local! {
+            static POOL: RefCell<(Box<[u8; BUF]>, usize)> = RefCell::new((Box::new([0; BUF]), BUF));
+        }
+        let bytes: [u8; 16] = POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.1 + 16 > BUF {
+                getrandom::fill(&mut p.0[..]).expect("the OS random number generator is available");
+                p.1 = 0;
+            }
+            let at = p.1;
+            p.1 += 16;
+            let mut out = [0u8; 16];
+            out.copy_from_slice(&p.0[at..at + 16]);
+            // Used bytes are wiped so they cannot leak later.
+            p.0[at..at + 16].fill(0);
+            out
+        });
+        TaskId::from_u128(uuid::Builder::from_random_bytes(bytes).into_uuid().as_u128())
     }
 
     /// The id as a 128-bit integer (for hashing, sharding, storage keys).

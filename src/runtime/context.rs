@@ -692,6 +692,7 @@ impl TaskContext {
                 body,
                 deps: opts.after.clone(),
                 rerun: false,
+                meta: None,
             };
             let pending: Vec<TaskId> = opts
                 .after

@@ -257,27 +257,39 @@ impl Runtime {
             changed: Notify::new(),
         });
         let fast = inner.sched.try_acquire(id);
-        let job = StartJob {
+        let meta = inner.store.as_ref().map(|_| {
+            let owner = tree.state.lock().owner.as_ref().map(|o| o.name().to_owned());
+            let (resumable, launch) = launch.map_or((false, None), |l| (l.resumable, Some(l.call)));
+            TreeMeta {
+                root: id,
+                owner,
+                resumable,
+                launch,
+            }
+        });
+        let mut job = StartJob {
             tree: tree.clone(),
             id,
             body,
             deps: Vec::new(),
             rerun: false,
+            meta: None,
         };
-        let mut post = Post::default();
-        if inner.store.is_some() {
-            let owner = tree.state.lock().owner.as_ref().map(|o| o.name().to_owned());
-            let (resumable, launch) = launch.map_or((false, None), |l| (l.resumable, Some(l.call)));
-            post.meta = Some(TreeMeta {
-                root: id,
-                owner,
-                resumable,
-                launch,
-            });
+        if fast {
+            // Created and started in one step: one batch for the store, and
+            // the id is published (indexed) only then.
+            job.meta = meta;
+            if !inner.start_job(job) {
+                let ready = inner.sched.release(id);
+                inner.run_jobs(ready);
+            }
+            return Ok(id);
         }
+        let mut post = Post::default();
+        post.meta = meta;
         {
             let mut st = tree.state.lock();
-            if !fast {
+            {
                 let now = inner.now();
                 let _ = st.forest.set_status_message(
                     now,
@@ -288,14 +300,7 @@ impl Runtime {
             inner.absorb(&mut st, &mut post);
         }
         inner.run_post(&tree, post);
-        if fast {
-            if !inner.start_job(job) {
-                let ready = inner.sched.release(id);
-                inner.run_jobs(ready);
-            }
-        } else {
-            inner.schedule(job, false);
-        }
+        inner.schedule(job, false);
         Ok(id)
     }
 

@@ -170,6 +170,7 @@ impl Runtime {
                         body,
                         deps: Vec::new(),
                         rerun: true,
+                        meta: None,
                     },
                     false,
                 );

@@ -34,6 +34,9 @@ pub(crate) struct StartJob {
     /// The handler runs again after a restart: answers it had received
     /// before are handed back when it asks the same keys.
     pub(crate) rerun: bool,
+    /// The tree row, written with this job's first batch (a root created
+    /// and started in one step).
+    pub(crate) meta: Option<TreeMeta>,
 }
 
 /// Runtime-side data of a live task: created on demand, dropped when the
@@ -365,7 +368,10 @@ impl Inner {
         let tree = job.tree.clone();
         let id = job.id;
         let rerun = job.rerun;
-        let started = self.with_tree(&tree, |st, now, _post| {
+        let mut job = job;
+        let meta = job.meta.take();
+        let started = self.with_tree(&tree, |st, now, post| {
+            post.meta = meta;
             match st.forest.start(now, id) {
                 Ok(()) => {}
                 Err(TransitionError::Paused(_)) => {

@@ -2,13 +2,19 @@
 //! thread that commits every batch queued meanwhile in one transaction and
 //! one fsync (group commit), then releases all of their writers at once.
 //!
-//! Schema (version 1):
+//! Schema (version 1): one table,
+//! `tasks(seq, id, root, parent, position, version, state, owner, resumable, launch)`,
+//! one row per task. A parent's `childTaskIds` are its children's rows
+//! ordered by `position`, so adding a child never rewrites the parent's
+//! list. The tree's metadata (owner, resumable, launch) is on its root's
+//! row, so creating a task writes one row.
 //!
-//! * `trees(root PRIMARY KEY, owner, resumable, launch)`: one row per tree.
-//! * `tasks(id PRIMARY KEY, root, parent, position, version, state)`: one row
-//!   per task, indexed by `root` so a tree is deleted whole with one range
-//!   delete. A parent's `childTaskIds` are its children's rows ordered by
-//!   `position`, so adding a child never rewrites the parent's list.
+//! Rows are keyed by an integer `seq` (the rowid) in creation order, and
+//! there is no index on the random task ids: new rows append to the end of
+//! the table, so a group commit of many creates dirties a few pages instead
+//! of one random index page per create. The writer thread keeps the id to
+//! rowid map in memory (rebuilt by one scan at start, about 40 bytes per
+//! stored task); uniqueness of ids is checked then too.
 //!
 //! `PRAGMA user_version` holds the schema version and `application_id`
 //! marks the file as subtask's; a newer schema or a foreign file is refused.
@@ -27,6 +33,7 @@ use super::{
     Durability, StoreError, StoredTask, StoredTree, TaskStore, Ticket, TreeMeta, Watermark, WriteBatch,
     WriteOp,
 };
+use crate::core::IdMap;
 use crate::model::TaskId;
 
 /// `PRAGMA application_id` of a subtask database ("sbtk").
@@ -34,25 +41,25 @@ const APPLICATION_ID: i64 = 0x7362_746b;
 
 /// Schema migrations; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &["
-    CREATE TABLE trees (
-        root      BLOB PRIMARY KEY NOT NULL,
+    CREATE TABLE tasks (
+        seq       INTEGER PRIMARY KEY,
+        id        BLOB NOT NULL,
+        root      BLOB NOT NULL,
+        parent    BLOB,
+        position  INTEGER NOT NULL,
+        version   INTEGER NOT NULL,
+        state     TEXT NOT NULL,
         owner     TEXT,
-        resumable INTEGER NOT NULL,
+        resumable INTEGER,
         launch    TEXT
     );
-    CREATE TABLE tasks (
-        id       BLOB PRIMARY KEY NOT NULL,
-        root     BLOB NOT NULL,
-        parent   BLOB,
-        position INTEGER NOT NULL,
-        version  INTEGER NOT NULL,
-        state    TEXT NOT NULL
-    );
-    CREATE INDEX tasks_by_root ON tasks(root);
 "];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// The default [`SqliteConfig::commit_delay`], in microseconds.
+pub const DEFAULT_COMMIT_DELAY_US: u64 = 50;
 
 /// How to open a [`SqliteStore`].
 #[derive(Debug, Clone)]
@@ -65,6 +72,10 @@ pub struct SqliteConfig {
     /// transaction (and fsync) per batch: the baseline group commit is
     /// measured against.
     pub max_batches_per_commit: usize,
+    /// When a commit starts with several writers waiting, wait this long
+    /// for more to join it before writing (fewer, larger fsyncs under load;
+    /// a lone writer never waits). Zero disables it.
+    pub commit_delay: std::time::Duration,
 }
 
 impl SqliteConfig {
@@ -74,11 +85,12 @@ impl SqliteConfig {
             path: path.into(),
             durability: Durability::Full,
             max_batches_per_commit: usize::MAX,
+            commit_delay: std::time::Duration::from_micros(DEFAULT_COMMIT_DELAY_US),
         }
     }
 }
 
-type ReadJob = Box<dyn FnOnce(&mut Connection) + Send>;
+type ReadJob = Box<dyn FnOnce(&mut Writer) + Send>;
 
 enum Job {
     Write(u64, WriteBatch),
@@ -174,6 +186,7 @@ impl SqliteStore {
         )
         .map_err(sql(&path))?;
         prepare(&mut conn, &path, config.durability)?;
+        let writer = Writer::open(conn, &path)?;
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
@@ -182,10 +195,11 @@ impl SqliteStore {
         let writer = {
             let shared = shared.clone();
             let max = config.max_batches_per_commit.max(1);
+            let delay = config.commit_delay;
             let path = path.clone();
             std::thread::Builder::new()
                 .name("subtask-store".into())
-                .spawn(move || writer_loop(conn, &shared, max, &path))
+                .spawn(move || writer_loop(writer, &shared, max, delay, &path))
                 .map_err(io)?
         };
         let describe = format!(
@@ -208,7 +222,7 @@ impl SqliteStore {
     /// before, and waits for its answer.
     fn read<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+        f: impl FnOnce(&mut Writer) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         {
@@ -308,9 +322,203 @@ fn prepare(conn: &mut Connection, path: &Path, durability: Durability) -> Result
     Ok(())
 }
 
-fn writer_loop(mut conn: Connection, shared: &Shared, max: usize, path: &Path) {
+/// The writer thread's state: the connection and where each task's row is.
+struct Writer {
+    conn: Connection,
+    /// Task id to rowid.
+    rows: IdMap<i64>,
+    /// Root to (rowid, id) of each task of the tree.
+    trees: IdMap<Vec<(i64, TaskId)>>,
+}
+
+impl Writer {
+    fn open(conn: Connection, path: &Path) -> Result<Writer, StoreError> {
+        let mut w = Writer {
+            conn,
+            rows: IdMap::default(),
+            trees: IdMap::default(),
+        };
+        let e = sql(path);
+        {
+            let mut stmt = w.conn.prepare("SELECT seq, id, root FROM tasks").map_err(&e)?;
+            let mut rows = stmt.query([]).map_err(&e)?;
+            while let Some(r) = rows.next().map_err(&e)? {
+                let rowid: i64 = r.get(0).map_err(&e)?;
+                let id = blob_id(&r.get::<_, Vec<u8>>(1).map_err(&e)?)?;
+                let root = blob_id(&r.get::<_, Vec<u8>>(2).map_err(&e)?)?;
+                if w.rows.insert(id, rowid).is_some() {
+                    return Err(StoreError::Corrupt(format!(
+                        "{}: task {id} is stored twice",
+                        path.display()
+                    )));
+                }
+                w.trees.entry(root).or_default().push((rowid, id));
+            }
+        }
+        Ok(w)
+    }
+
+    /// One transaction for the whole group. A task written by several
+    /// batches of the group is written once, with its last state.
+    fn commit(&mut self, group: &[(u64, WriteBatch)], path: &Path) -> Result<(), StoreError> {
+        let e = sql(path);
+        let mut skip: HashSet<(usize, usize)> = HashSet::new();
+        if group.len() > 1 || group.first().is_some_and(|g| g.1.ops.len() > 2) {
+            let mut seen: IdMap<()> = IdMap::default();
+            for (bi, (_, batch)) in group.iter().enumerate().rev() {
+                for (oi, op) in batch.ops.iter().enumerate().rev() {
+                    if let WriteOp::PutTask(t) = op
+                        && seen.insert(t.id, ()).is_some()
+                    {
+                        skip.insert((bi, oi));
+                    }
+                }
+            }
+        }
+        // The maps change only once the transaction commits.
+        let mut new_rows: Vec<(TaskId, TaskId, i64)> = Vec::new();
+        let mut fresh: IdMap<i64> = IdMap::default();
+        let mut deleted: Vec<TaskId> = Vec::new();
+        let mut metas: IdMap<&TreeMeta> = IdMap::default();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&e)?;
+        {
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO tasks(id, root, parent, position, version, state, owner, resumable, launch)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                )
+                .map_err(&e)?;
+            let mut update = tx
+                .prepare_cached("UPDATE tasks SET version = ?2, state = ?3 WHERE seq = ?1")
+                .map_err(&e)?;
+            let mut update_meta = tx
+                .prepare_cached("UPDATE tasks SET owner = ?2, resumable = ?3, launch = ?4 WHERE seq = ?1")
+                .map_err(&e)?;
+            let mut delete = tx
+                .prepare_cached("DELETE FROM tasks WHERE seq = ?1")
+                .map_err(&e)?;
+            for (bi, (_, batch)) in group.iter().enumerate() {
+                for (oi, op) in batch.ops.iter().enumerate() {
+                    match op {
+                        WriteOp::PutTree(meta) => {
+                            let row = fresh.get(&meta.root).or_else(|| self.rows.get(&meta.root));
+                            match row {
+                                Some(&rowid) => {
+                                    let launch = meta.launch.as_ref().map(|l| l.to_string());
+                                    update_meta
+                                        .execute(params![
+                                            rowid,
+                                            meta.owner.as_deref(),
+                                            meta.resumable,
+                                            launch
+                                        ])
+                                        .map_err(&e)?;
+                                }
+                                // Written with the root's row, which follows.
+                                None => {
+                                    metas.insert(meta.root, meta);
+                                }
+                            }
+                        }
+                        WriteOp::PutTask(t) => {
+                            if skip.contains(&(bi, oi)) {
+                                continue;
+                            }
+                            match fresh.get(&t.id).or_else(|| self.rows.get(&t.id)) {
+                                Some(&rowid) => {
+                                    update
+                                        .execute(params![rowid, batch.version as i64, t.state])
+                                        .map_err(&e)?;
+                                }
+                                None => {
+                                    let parent = t.parent.map(id_blob);
+                                    let meta = metas.remove(&t.id);
+                                    let launch = meta.and_then(|m| m.launch.as_ref()).map(|l| l.to_string());
+                                    insert
+                                        .execute(params![
+                                            &id_blob(t.id)[..],
+                                            &id_blob(t.root)[..],
+                                            parent.as_ref().map(|p| &p[..]),
+                                            t.position,
+                                            batch.version as i64,
+                                            t.state,
+                                            meta.and_then(|m| m.owner.as_deref()),
+                                            meta.map(|m| m.resumable),
+                                            launch,
+                                        ])
+                                        .map_err(&e)?;
+                                    let rowid = tx.last_insert_rowid();
+                                    fresh.insert(t.id, rowid);
+                                    new_rows.push((t.id, t.root, rowid));
+                                }
+                            }
+                        }
+                        WriteOp::DeleteTree(root) => {
+                            let mut rowids: Vec<i64> = self
+                                .trees
+                                .get(root)
+                                .map(|t| t.iter().map(|r| r.0).collect())
+                                .unwrap_or_default();
+                            for r in new_rows.iter().filter(|r| r.1 == *root) {
+                                rowids.push(r.2);
+                                fresh.remove(&r.0);
+                            }
+                            for rowid in rowids {
+                                delete.execute(params![rowid]).map_err(&e)?;
+                            }
+                            new_rows.retain(|r| r.1 != *root);
+                            deleted.push(*root);
+                        }
+                    }
+                }
+            }
+        }
+        let t_commit = std::time::Instant::now();
+        tx.commit().map_err(&e)?;
+        COMMIT_NS.fetch_add(
+            t_commit.elapsed().as_nanos() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        for root in deleted {
+            for (_, id) in self.trees.remove(&root).unwrap_or_default() {
+                self.rows.remove(&id);
+            }
+        }
+        for (id, root, rowid) in new_rows {
+            self.rows.insert(id, rowid);
+            self.trees.entry(root).or_default().push((rowid, id));
+        }
+        Ok(())
+    }
+}
+
+/// Moves queued writes into `group` (at most `max`), or takes the read job
+/// at the front when `group` is empty. Reads never overtake writes.
+fn take(q: &mut Queue, group: &mut Vec<(u64, WriteBatch)>, max: usize) -> Option<ReadJob> {
+    while group.len() < max {
+        match q.pending.pop_front() {
+            Some(Job::Write(t, b)) => group.push((t, b)),
+            Some(Job::Read(r)) if group.is_empty() => return Some(r),
+            Some(job @ Job::Read(_)) => {
+                q.pending.push_front(job);
+                return None;
+            }
+            None => return None,
+        }
+    }
+    None
+}
+
+static COMMIT_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn writer_loop(mut w: Writer, shared: &Shared, max: usize, delay: std::time::Duration, path: &Path) {
     let mut group: Vec<(u64, WriteBatch)> = Vec::new();
     let mut failed = false;
+    let debug = std::env::var_os("SUBTASK_STORE_DEBUG").is_some();
+    let (mut groups, mut batches, mut busy) = (0u64, 0u64, std::time::Duration::ZERO);
     loop {
         let read = {
             let mut q = shared.queue.lock();
@@ -318,27 +526,41 @@ fn writer_loop(mut conn: Connection, shared: &Shared, max: usize, path: &Path) {
                 shared.wake.wait(&mut q);
             }
             if q.pending.is_empty() {
+                if debug {
+                    eprintln!(
+                        "# store writer: {groups} group commits, {batches} batches ({:.1} per commit), {:.0} us per commit, {:.0} us in COMMIT",
+                        batches as f64 / groups.max(1) as f64,
+                        busy.as_secs_f64() * 1e6 / groups.max(1) as f64,
+                        COMMIT_NS.swap(0, std::sync::atomic::Ordering::Relaxed) as f64
+                            / 1e3
+                            / groups.max(1) as f64
+                    );
+                }
                 return;
             }
-            let mut read = None;
-            while group.len() < max {
-                match q.pending.pop_front() {
-                    Some(Job::Write(t, b)) => group.push((t, b)),
-                    Some(Job::Read(r)) if group.is_empty() => {
-                        read = Some(r);
-                        break;
-                    }
-                    Some(job @ Job::Read(_)) => {
-                        q.pending.push_front(job);
-                        break;
-                    }
-                    None => break,
+            take(&mut q, &mut group, max)
+        };
+        // Several writers at once: give the others a moment to join this
+        // commit (like PostgreSQL's commit_delay). A lone writer pays nothing.
+        // Keep gathering while writers keep arriving, up to 8 delays.
+        if read.is_none() && group.len() > 1 && !delay.is_zero() {
+            for _ in 0..8 {
+                if group.len() >= max {
+                    break;
+                }
+                std::thread::sleep(delay);
+                let before = group.len();
+                let mut q = shared.queue.lock();
+                if !matches!(q.pending.front(), Some(Job::Read(_))) {
+                    take(&mut q, &mut group, max);
+                }
+                if group.len() == before {
+                    break;
                 }
             }
-            read
-        };
+        }
         if let Some(read) = read {
-            read(&mut conn);
+            read(&mut w);
             continue;
         }
         let (Some(first), Some(last)) = (group.first().map(|g| g.0), group.last().map(|g| g.0)) else {
@@ -348,7 +570,12 @@ fn writer_loop(mut conn: Connection, shared: &Shared, max: usize, path: &Path) {
             group.clear();
             continue;
         }
-        match commit(&mut conn, &group, path) {
+        let t0 = std::time::Instant::now();
+        let r = w.commit(&group, path);
+        groups += 1;
+        batches += group.len() as u64;
+        busy += t0.elapsed();
+        match r {
             Ok(()) => shared.mark.advance(Ticket(last)),
             Err(e) => {
                 tracing::error!(error = %e, "a store commit failed; no further writes are accepted");
@@ -360,94 +587,14 @@ fn writer_loop(mut conn: Connection, shared: &Shared, max: usize, path: &Path) {
     }
 }
 
-/// One transaction for the whole group. A task written by several batches
-/// of the group is written once, with its last state.
-fn commit(conn: &mut Connection, group: &[(u64, WriteBatch)], path: &Path) -> Result<(), StoreError> {
-    let e = sql(path);
-    let mut skip: HashSet<(usize, usize)> = HashSet::new();
-    if group.len() > 1 {
-        let mut seen: HashSet<TaskId> = HashSet::new();
-        for (bi, (_, batch)) in group.iter().enumerate().rev() {
-            for (oi, op) in batch.ops.iter().enumerate().rev() {
-                if let WriteOp::PutTask(t) = op
-                    && !seen.insert(t.id)
-                {
-                    skip.insert((bi, oi));
-                }
-            }
-        }
-    }
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(&e)?;
-    {
-        let mut put_tree = tx
-            .prepare_cached(
-                "INSERT OR REPLACE INTO trees(root, owner, resumable, launch) VALUES (?1, ?2, ?3, ?4)",
-            )
-            .map_err(&e)?;
-        let mut put_task = tx
-            .prepare_cached(
-                "INSERT INTO tasks(id, root, parent, position, version, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT(id) DO UPDATE SET version = excluded.version, state = excluded.state",
-            )
-            .map_err(&e)?;
-        let mut del_tasks = tx
-            .prepare_cached("DELETE FROM tasks WHERE root = ?1")
-            .map_err(&e)?;
-        let mut del_tree = tx
-            .prepare_cached("DELETE FROM trees WHERE root = ?1")
-            .map_err(&e)?;
-        for (bi, (_, batch)) in group.iter().enumerate() {
-            for (oi, op) in batch.ops.iter().enumerate() {
-                match op {
-                    WriteOp::PutTree(meta) => {
-                        let launch = meta.launch.as_ref().map(|l| l.to_string());
-                        put_tree
-                            .execute(params![
-                                &id_blob(meta.root)[..],
-                                meta.owner.as_deref(),
-                                meta.resumable,
-                                launch
-                            ])
-                            .map_err(&e)?;
-                    }
-                    WriteOp::PutTask(t) => {
-                        if skip.contains(&(bi, oi)) {
-                            continue;
-                        }
-                        let parent = t.parent.map(id_blob);
-                        put_task
-                            .execute(params![
-                                &id_blob(t.id)[..],
-                                &id_blob(t.root)[..],
-                                parent.as_ref().map(|p| &p[..]),
-                                t.position,
-                                batch.version as i64,
-                                t.state
-                            ])
-                            .map_err(&e)?;
-                    }
-                    WriteOp::DeleteTree(root) => {
-                        del_tasks.execute(params![&id_blob(*root)[..]]).map_err(&e)?;
-                        del_tree.execute(params![&id_blob(*root)[..]]).map_err(&e)?;
-                    }
-                }
-            }
-        }
-    }
-    tx.commit().map_err(&e)
-}
+/// `(id, root, parent, position, version, state)` as read from a row.
+type TaskRow = (Vec<u8>, Vec<u8>, Option<Vec<u8>>, i64, i64, String);
 
-fn row_task(
-    r: &rusqlite::Row<'_>,
-) -> rusqlite::Result<(Vec<u8>, Vec<u8>, Option<Vec<u8>>, i64, i64, String)> {
+fn row_task(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
 }
 
-fn to_task(
-    (id, root, parent, position, version, state): (Vec<u8>, Vec<u8>, Option<Vec<u8>>, i64, i64, String),
-) -> Result<StoredTask, StoreError> {
+fn to_task((id, root, parent, position, version, state): TaskRow) -> Result<StoredTask, StoreError> {
     let id = blob_id(&id)?;
     let bad = |what: &str| StoreError::Corrupt(format!("task {id}: {what}"));
     Ok(StoredTask {
@@ -486,67 +633,65 @@ impl TaskStore for SqliteStore {
     }
 
     fn load(&self) -> Result<Vec<StoredTree>, StoreError> {
-        self.read(|conn| {
+        self.read(|w| {
             let e = |x: rusqlite::Error| StoreError::Corrupt(x.to_string());
-            let mut trees: std::collections::HashMap<TaskId, StoredTree> = std::collections::HashMap::new();
-            let mut stmt = conn
-                .prepare("SELECT root, owner, resumable, launch FROM trees")
+            let mut trees: IdMap<(Option<TreeMeta>, Vec<StoredTask>)> = IdMap::default();
+            let mut stmt = w
+                .conn
+                .prepare(
+                    "SELECT id, root, parent, position, version, state, owner, resumable, launch FROM tasks
+                     ORDER BY seq",
+                )
                 .map_err(e)?;
-            let rows = stmt
-                .query_map([], |r| {
-                    Ok((
-                        r.get::<_, Vec<u8>>(0)?,
-                        r.get::<_, Option<String>>(1)?,
-                        r.get::<_, bool>(2)?,
-                        r.get::<_, Option<String>>(3)?,
-                    ))
-                })
-                .map_err(e)?;
-            for row in rows {
-                let (root, owner, resumable, launch) = row.map_err(e)?;
-                let root = blob_id(&root)?;
-                let launch = launch
-                    .map(|l| serde_json::from_str(&l))
-                    .transpose()
-                    .map_err(|x| StoreError::Corrupt(format!("tree {root}: unreadable launch: {x}")))?;
-                trees.insert(
+            let mut rows = stmt.query([]).map_err(e)?;
+            while let Some(r) = rows.next().map_err(e)? {
+                let task = to_task(row_task(r).map_err(e)?)?;
+                let entry = trees.entry(task.root).or_default();
+                if task.parent.is_none() {
+                    let launch = r
+                        .get::<_, Option<String>>(8)
+                        .map_err(e)?
+                        .map(|l| serde_json::from_str(&l))
+                        .transpose()
+                        .map_err(|x| {
+                            StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root))
+                        })?;
+                    entry.0 = Some(TreeMeta {
+                        root: task.root,
+                        owner: r.get(6).map_err(e)?,
+                        resumable: r.get::<_, Option<bool>>(7).map_err(e)?.unwrap_or(false),
+                        launch,
+                    });
+                }
+                entry.1.push(task);
+            }
+            let mut out = Vec::with_capacity(trees.len());
+            for (root, (meta, tasks)) in trees {
+                // A tree without its root row is reported by the restore,
+                // which names what is missing.
+                let meta = meta.unwrap_or(TreeMeta {
                     root,
-                    StoredTree {
-                        meta: TreeMeta {
-                            root,
-                            owner,
-                            resumable,
-                            launch,
-                        },
-                        tasks: Vec::new(),
-                    },
-                );
+                    owner: None,
+                    resumable: false,
+                    launch: None,
+                });
+                out.push(StoredTree { meta, tasks });
             }
-            let mut stmt = conn
-                .prepare("SELECT id, root, parent, position, version, state FROM tasks")
-                .map_err(e)?;
-            let rows = stmt.query_map([], row_task).map_err(e)?;
-            for row in rows {
-                let task = to_task(row.map_err(e)?)?;
-                let Some(tree) = trees.get_mut(&task.root) else {
-                    return Err(StoreError::Corrupt(format!(
-                        "task {} belongs to tree {}, which has no tree record",
-                        task.id, task.root
-                    )));
-                };
-                tree.tasks.push(task);
-            }
-            Ok(trees.into_values().collect())
+            Ok(out)
         })
     }
 
     fn get(&self, id: TaskId) -> Result<Option<StoredTask>, StoreError> {
-        self.read(move |conn| {
+        self.read(move |w| {
             let e = |x: rusqlite::Error| StoreError::Io(x.to_string());
-            let row = conn
-                .prepare_cached("SELECT id, root, parent, position, version, state FROM tasks WHERE id = ?1")
+            let Some(&rowid) = w.rows.get(&id) else {
+                return Ok(None);
+            };
+            let row = w
+                .conn
+                .prepare_cached("SELECT id, root, parent, position, version, state FROM tasks WHERE seq = ?1")
                 .map_err(e)?
-                .query_row(params![&id_blob(id)[..]], row_task)
+                .query_row(params![rowid], row_task)
                 .optional()
                 .map_err(e)?;
             row.map(to_task).transpose()

@@ -1,0 +1,150 @@
+//! The store benchmark: durable task creation through the runtime into a
+//! SQLite file on this machine's disk, with group commit and forced to one
+//! transaction (one fsync) per create.
+//!
+//! 64 concurrent creators each start a root task and wait until it is
+//! durable (`Runtime::flushed`), exactly what the server does before it
+//! answers `CreateTaskResult`. A create is one store batch (the tree row and
+//! the root's record, created and started in one step). Both modes use
+//! `Durability::Full` (fsync per commit) on a fresh file under `target/`.
+//!
+//! Prints one line per figure; context lines start with `#`. Run with
+//! `cargo bench --bench store`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use subtask::core::RootOptions;
+use subtask::model::JsonObject;
+use subtask::runtime::{Runtime, RuntimeConfig};
+use subtask::store::{Durability, SqliteConfig, SqliteStore, TaskStore};
+
+const CREATORS: usize = 64;
+
+fn bench_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-store");
+    std::fs::create_dir_all(&dir).expect("bench dir");
+    dir
+}
+
+fn fresh_db(name: &str) -> PathBuf {
+    let path = bench_dir().join(name);
+    for suffix in ["", "-wal", "-shm", ".lock"] {
+        let mut p = path.clone().into_os_string();
+        p.push(suffix);
+        let _ = std::fs::remove_file(PathBuf::from(p));
+    }
+    path
+}
+
+struct Run {
+    creates: usize,
+    elapsed: Duration,
+    latencies_us: Vec<f64>,
+}
+
+/// `per_creator` creates by each of 64 creators, every one durable before
+/// the creator moves on.
+fn run(name: &str, max_batches_per_commit: usize, per_creator: usize) -> Run {
+    let path = fresh_db(name);
+    let store = SqliteStore::open(SqliteConfig {
+        durability: Durability::Full,
+        max_batches_per_commit,
+        ..SqliteConfig::new(&path)
+    })
+    .expect("open store");
+    let store: Arc<dyn TaskStore> = Arc::new(store);
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let out = tokio.block_on(async move {
+        let config = RuntimeConfig {
+            // Every handler parks until cancelled: nothing queues for a slot.
+            max_running: usize::MAX,
+            max_running_per_tree: usize::MAX,
+            ..RuntimeConfig::default()
+        };
+        let rt = Runtime::with_store(config, store);
+        let start = Instant::now();
+        let mut creators = Vec::new();
+        for _ in 0..CREATORS {
+            let rt = rt.clone();
+            creators.push(tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(per_creator);
+                for _ in 0..per_creator {
+                    let t0 = Instant::now();
+                    let id = rt.spawn(
+                        RootOptions {
+                            ttl_ms: Some(3_600_000),
+                            poll_interval_ms: None,
+                        },
+                        |ctx| async move {
+                            ctx.cancelled().await;
+                            Ok(JsonObject::new())
+                        },
+                    );
+                    rt.flushed(id).await.expect("durable");
+                    lat.push(t0.elapsed().as_secs_f64() * 1e6);
+                }
+                lat
+            }));
+        }
+        let mut latencies_us = Vec::with_capacity(CREATORS * per_creator);
+        for c in creators {
+            latencies_us.extend(c.await.expect("creator"));
+        }
+        let elapsed = start.elapsed();
+        assert_eq!(rt.task_count(), CREATORS * per_creator);
+        Run {
+            creates: CREATORS * per_creator,
+            elapsed,
+            latencies_us,
+        }
+    });
+    // Dropping the runtime drops the handlers; the store drains and closes.
+    drop(tokio);
+    out
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i]
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument is not supported.
+    let scale: usize = std::env::var("SUBTASK_BENCH_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    println!("# store: SQLite WAL, synchronous=FULL, {CREATORS} concurrent creators, 2 tokio workers");
+    println!("# database files under {}", bench_dir().display());
+    // Warm-up: page cache, allocator, SQLite statement cache.
+    let _ = run("warmup.db", usize::MAX, 200);
+    let mut grouped = run("grouped.db", usize::MAX, 3_000 * scale);
+    let each = run("fsync_each.db", 1, 60 * scale);
+    let grouped_rate = grouped.creates as f64 / grouped.elapsed.as_secs_f64();
+    let each_rate = each.creates as f64 / each.elapsed.as_secs_f64();
+    println!(
+        "# grouped: {} creates in {:.2} s; fsync_each: {} creates in {:.2} s",
+        grouped.creates,
+        grouped.elapsed.as_secs_f64(),
+        each.creates,
+        each.elapsed.as_secs_f64()
+    );
+    println!("durable_create_grouped: subtask={grouped_rate:.0}");
+    println!("durable_create_fsync_each: subtask={each_rate:.0}");
+    println!("group_commit_ratio: {:.1}", grouped_rate / each_rate);
+    println!(
+        "create_latency_p50: subtask={:.0}",
+        percentile(&mut grouped.latencies_us, 0.50)
+    );
+    println!(
+        "create_latency_p99: subtask={:.0}",
+        percentile(&mut grouped.latencies_us, 0.99)
+    );
+}
