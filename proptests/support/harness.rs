@@ -197,7 +197,14 @@ pub struct Harness {
     pub stats: Stats,
     /// What the core showed after the last command, per model task.
     state: Vec<Option<CoreTask>>,
+    /// Called after every command (accepted or not) with the forest as the
+    /// command left it and the command's effects, before any check: how a
+    /// driver sees them (`prop_store` persists them as the runtime does).
+    pub on_effects: Option<EffectHook>,
 }
+
+/// See [`Harness::on_effects`].
+pub type EffectHook = Box<dyn FnMut(&Forest, &[Effect])>;
 
 /// What a run exercised, to check that the generator reaches the interesting states.
 #[derive(Debug, Default, Clone)]
@@ -322,6 +329,7 @@ impl Harness {
             last_delivered: HashMap::new(),
             stats: Stats::default(),
             state: Vec::new(),
+            on_effects: None,
         }
     }
 
@@ -710,6 +718,9 @@ impl Harness {
         };
         self.trace.push(format!("@{now}: {op}{created} -> {core:?}"));
         let effects: Vec<Effect> = self.forest.drain_effects().collect();
+        if let Some(hook) = &mut self.on_effects {
+            hook(&self.forest, &effects);
+        }
 
         match (&core, &expected) {
             (Ok(a), Ok(b)) if a == b => {}

@@ -523,3 +523,13 @@ mod tests {
         assert!(decode_state(a, root, Some(root), 0, &newer).is_err());
     }
 }
+
+#[cfg(test)]
+mod size {
+    #[test]
+    fn a_record_stays_within_272_bytes() {
+        // The child position lives in padding: persistence costs no memory
+        // per task (the engine benchmark's bytes_per_task depends on it).
+        assert!(std::mem::size_of::<crate::core::TaskRecord>() <= 272);
+    }
+}

@@ -323,7 +323,10 @@ impl Runtime {
         ))
     }
 
-    /// The task as `view` sees it, in O(1) (plus its payload size).
+    /// The task as `view` sees it, in O(1) (plus its payload size). With a
+    /// store, the snapshot may hold changes not yet durable: await
+    /// [`Runtime::flushed`] before showing it to anyone who may outlive a
+    /// crash (the server does).
     pub fn get(&self, id: TaskId, view: ClientView) -> Option<DetailedTask> {
         let tree = self.inner.tree_of(id)?;
         let st = tree.state.lock();

@@ -439,8 +439,6 @@ impl Server {
                     .runtime
                     .start_root_launch(Some(owner), opts, body, launch)
                     .map_err(runtime_error)?;
-                // CreateTaskResult only once the task is durable (spec MUST).
-                self.inner.runtime.flushed(id).await.map_err(store_error)?;
                 if ctx.tasks.is_some() && !legacy {
                     let snap = self.inner.runtime.get(id, ctx.view()).ok_or_else(|| {
                         ErrorObject::new(
@@ -448,11 +446,17 @@ impl Server {
                             "task vanished right after it was created",
                         )
                     })?;
+                    // CreateTaskResult only once the task is durable (spec
+                    // MUST), with everything the snapshot shows: the handler
+                    // may have created subtasks (listed in `childTaskIds`)
+                    // after the task's own batch, so wait after reading it.
+                    self.inner.runtime.flushed(id).await.map_err(store_error)?;
                     let mut result = serde_json::to_value(crate::model::CreateTaskResult::new(seed(snap)))
                         .expect("task results serialize");
                     result["resultType"] = json!("task");
                     return Ok(result_reply(&ctx.id, result));
                 }
+                self.inner.runtime.flushed(id).await.map_err(store_error)?;
                 // A client without the tasks extension gets the final result;
                 // if it goes away, the task is cancelled.
                 let guard = CancelOnDrop {

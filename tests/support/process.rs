@@ -1,0 +1,386 @@
+//! The real `subtask serve` binary as a child process on a database file,
+//! and a client for the 2026-07-28 wire that survives the server dying in
+//! the middle of a request (for the crash test).
+//!
+//! A response counts only when it arrived whole: the status line, the
+//! headers and every byte of the body its `Content-Length` (or chunked
+//! framing) announced. Anything less is an error, never a guess.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+use super::http::Client;
+
+/// A port that was free a moment ago on 127.0.0.1 (bind to port 0, read
+/// the port, close the listener). Another process may take it before the
+/// server binds it: [`ServerProcess::start`] retries on another port then.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local address").port()
+}
+
+/// A private copy of the `subtask` binary in `dir`, so that a concurrent
+/// `cargo build` replacing `target/debug/subtask` cannot change the server
+/// between two restarts of one test.
+///
+/// # Panics
+///
+/// If the copy fails.
+pub fn private_binary(dir: &Path) -> PathBuf {
+    let to = dir.join("subtask");
+    std::fs::copy(env!("CARGO_BIN_EXE_subtask"), &to)
+        .unwrap_or_else(|e| panic!("copy the subtask binary to {}: {e}", to.display()));
+    to
+}
+
+/// A running `subtask serve` process.
+pub struct ServerProcess {
+    child: Mutex<Child>,
+    addr: SocketAddr,
+    killed: AtomicBool,
+    log: PathBuf,
+}
+
+impl ServerProcess {
+    /// Spawns `<bin> serve --listen 127.0.0.1:<free port> <args>` with
+    /// stdout and stderr appended to `log`. Does not wait for it to listen.
+    ///
+    /// # Panics
+    ///
+    /// If the binary cannot be started or the log cannot be opened.
+    pub fn spawn(bin: &Path, args: &[String], log: &Path) -> ServerProcess {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
+        let err = out.try_clone().expect("clone the log file handle");
+        let child = Command::new(bin)
+            .arg("serve")
+            .arg("--listen")
+            .arg(addr.to_string())
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("start the subtask binary");
+        ServerProcess {
+            child: Mutex::new(child),
+            addr,
+            killed: AtomicBool::new(false),
+            log: log.to_owned(),
+        }
+    }
+
+    /// Spawns the server and waits until it answers `server/discover`
+    /// (`timeout` is a hang guard). When the process exits before that
+    /// because its port was taken meanwhile, tries another port (5 times).
+    ///
+    /// # Errors
+    ///
+    /// The server exited for another reason, or did not answer in time.
+    pub async fn start(
+        bin: &Path,
+        args: &[String],
+        log: &Path,
+        timeout: Duration,
+    ) -> Result<ServerProcess, String> {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let server = ServerProcess::spawn(bin, args, log);
+            match server.wait_ready(timeout).await {
+                Ok(()) => return Ok(server),
+                Err(e) => {
+                    let log_text = std::fs::read_to_string(log).unwrap_or_default();
+                    let port_taken = log_text.contains(&format!("cannot listen on {}", server.addr));
+                    if !port_taken {
+                        return Err(e);
+                    }
+                    last = e;
+                }
+            }
+        }
+        Err(format!("no free port after 5 attempts: {last}"))
+    }
+
+    /// Waits until the server answers `server/discover` with a result.
+    ///
+    /// # Errors
+    ///
+    /// The process exited, or `timeout` passed.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        let client = Client::new(self.addr, json!({}));
+        loop {
+            if let Some(status) = self.exited() {
+                return Err(format!("the server exited before it was ready: {status}"));
+            }
+            if let Ok(Rpc::Ok(_)) = rpc(&client, "server/discover", json!({}), Duration::from_secs(5)).await {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the server did not answer within {timeout:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The log file (stdout and stderr).
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
+    /// Sends SIGKILL (`Child::kill` on Unix), once. Returns whether this
+    /// call sent it. [`ServerProcess::is_killed`] turns true before the
+    /// signal is sent, so whoever sees a connection fail afterwards can
+    /// tell a kill from a server that went away on its own.
+    pub fn kill(&self) -> bool {
+        if self.killed.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        let mut child = self
+            .child
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = child.kill();
+        true
+    }
+
+    /// Whether [`ServerProcess::kill`] was called.
+    pub fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::SeqCst)
+    }
+
+    /// Reaps the process (blocking until it is gone).
+    pub fn wait(&self) -> Option<ExitStatus> {
+        let mut child = self
+            .child
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        child.wait().ok()
+    }
+
+    /// `Some` once the process has exited.
+    pub fn exited(&self) -> Option<ExitStatus> {
+        let mut child = self
+            .child
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        child.try_wait().ok().flatten()
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+        self.wait();
+    }
+}
+
+/// A JSON-RPC answer that arrived whole.
+#[derive(Debug, Clone)]
+pub enum Rpc {
+    /// `result`.
+    Ok(Value),
+    /// HTTP status and `error`.
+    Err(u16, Value),
+}
+
+/// Sends one request built by `client` (headers and `_meta` of the
+/// 2026-07-28 wire) on a fresh connection and reads one whole response.
+///
+/// # Errors
+///
+/// No whole response (connection refused, reset or closed early), or
+/// `timeout` (a hang guard) passed.
+pub async fn rpc(client: &Client, method: &str, params: Value, timeout: Duration) -> Result<Rpc, String> {
+    let (headers, body) = client.envelope(method, params);
+    let (status, body) = tokio::time::timeout(timeout, exchange(client.addr, &headers, &body))
+        .await
+        .map_err(|_| format!("{method}: no response within {timeout:?}"))??;
+    let v: Value =
+        serde_json::from_str(&body).map_err(|e| format!("{method}: response is not JSON ({e}): {body}"))?;
+    if let Some(e) = v.get("error") {
+        return Ok(Rpc::Err(status, e.clone()));
+    }
+    match v.get("result") {
+        Some(r) => Ok(Rpc::Ok(r.clone())),
+        None => Err(format!("{method}: neither result nor error: {body}")),
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// One HTTP/1.1 exchange; the body only once complete.
+async fn exchange(
+    addr: SocketAddr,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> Result<(u16, String), String> {
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    let mut head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut request = head.into_bytes();
+    request.extend_from_slice(body);
+    stream
+        .write_all(&request)
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        if let Some(done) = complete_response(&buf)? {
+            return Ok(done);
+        }
+        let n = stream.read(&mut chunk).await.map_err(|e| format!("read: {e}"))?;
+        if n == 0 {
+            return Err(format!(
+                "connection closed after {} bytes, before a whole response",
+                buf.len()
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// `Some((status, body))` when `buf` holds a whole response.
+fn complete_response(buf: &[u8]) -> Result<Option<(u16, String)>, String> {
+    let Some(end) = find(buf, b"\r\n\r\n") else {
+        return Ok(None);
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).to_string();
+    let mut lines = head.lines();
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("bad status line in {head:?}"))?;
+    let mut length = None;
+    let mut chunked = false;
+    for line in lines {
+        if let Some((k, v)) = line.split_once(':') {
+            let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
+            if k == "content-length" {
+                length = Some(
+                    v.parse::<usize>()
+                        .map_err(|e| format!("content-length {v:?}: {e}"))?,
+                );
+            } else if k == "transfer-encoding" && v.contains("chunked") {
+                chunked = true;
+            }
+        }
+    }
+    let rest = &buf[end + 4..];
+    if let Some(n) = length {
+        if rest.len() < n {
+            return Ok(None);
+        }
+        return Ok(Some((status, String::from_utf8_lossy(&rest[..n]).to_string())));
+    }
+    if chunked {
+        // Whole once the zero-size chunk arrived.
+        let mut out = Vec::new();
+        let mut s = rest;
+        loop {
+            let Some(eol) = find(s, b"\r\n") else {
+                return Ok(None);
+            };
+            let size_text = String::from_utf8_lossy(&s[..eol]).to_string();
+            let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+                .map_err(|e| format!("chunk size {size_text:?}: {e}"))?;
+            let data = &s[eol + 2..];
+            if size == 0 {
+                return Ok(Some((status, String::from_utf8_lossy(&out).to_string())));
+            }
+            if data.len() < size + 2 {
+                return Ok(None);
+            }
+            out.extend_from_slice(&data[..size]);
+            s = &data[size + 2..];
+        }
+    }
+    Err(format!(
+        "a response without Content-Length or chunked framing cannot be checked for completeness: {head:?}"
+    ))
+}
+
+/// Opens `subscriptions/listen` for `task_ids` and calls `on_message` with
+/// every SSE `data:` message as it arrives, until the stream ends or the
+/// connection fails. A message cut short by a dying server is not JSON and
+/// is dropped.
+///
+/// # Errors
+///
+/// The connection could not be opened.
+pub async fn listen(
+    client: &Client,
+    task_ids: &[String],
+    mut on_message: impl FnMut(Value),
+) -> Result<(), String> {
+    let (headers, body) = client.envelope(
+        "subscriptions/listen",
+        json!({"notifications": {"taskIds": task_ids}}),
+    );
+    let addr = client.addr;
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    let mut head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in &headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut request = head.into_bytes();
+    request.extend_from_slice(&body);
+    stream
+        .write_all(&request)
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match reader.read_line(&mut line).await {
+            Ok(0) | Err(_) => return Ok(()),
+            Ok(_) => {}
+        }
+        // Chunk framing lines and SSE fields other than data are skipped.
+        if let Some(data) = line.trim_end().strip_prefix("data: ")
+            && let Ok(v) = serde_json::from_str::<Value>(data)
+        {
+            on_message(v);
+        }
+    }
+}
