@@ -9,6 +9,8 @@
 //! * [`runtime`]: the tokio executor that runs handlers as task trees.
 //! * [`server`]: the MCP endpoint (Streamable HTTP and stdio).
 //! * [`demo`]: the demo tools of `subtask serve`.
+//! * [`client`]: the client library behind the `subtask` command line:
+//!   transparent polling, ordered partial results, steering, trust checks.
 //!
 //! # Quickstart
 //!
@@ -39,6 +41,7 @@
 #![deny(missing_docs)]
 #![deny(clippy::await_holding_lock)]
 
+pub mod client;
 pub mod core;
 pub mod demo;
 pub mod model;
