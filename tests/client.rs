@@ -257,7 +257,9 @@ async fn results_come_in_tree_order_while_tasks_finish_in_random_order() {
 #[tokio::test]
 async fn input_requested_by_a_grandchild_is_answered_once() {
     let h = start().await;
-    let asked: Arc<Mutex<Vec<(Option<TaskId>, String)>>> = Arc::default();
+    /// (asking task, key) of each request presented.
+    type Asked = Arc<Mutex<Vec<(Option<TaskId>, String)>>>;
+    let asked: Asked = Arc::default();
     let a = asked.clone();
     let client = ClientBuilder::http(&h.url)
         .input_handler(move |req: InputRequest| {

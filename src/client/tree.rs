@@ -165,6 +165,13 @@ impl TaskNode {
         self.input_requests.as_ref()
     }
 
+    /// How the task ended, while that is held: from the snapshot that showed
+    /// it terminal until its partial result is handed out (a snapshot walk,
+    /// [`Client::get_tree`](super::Client::get_tree), hands out none).
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.outcome.as_ref()
+    }
+
     /// Whether the latest status is terminal.
     pub fn is_terminal(&self) -> bool {
         self.status().is_some_and(TaskStatus::is_terminal)
