@@ -388,11 +388,12 @@ impl Client {
                         .ok_or_else(|| {
                             ClientError::Protocol("an input_required answer without `inputRequests`".into())
                         })?;
-                    if requests.len() > self.inner.config.limits.max_input_requests_per_task {
-                        return Err(ClientError::Untrusted(Violation::TooManyInputRequests {
-                            task: TaskId::from_u128(0),
-                            limit: self.inner.config.limits.max_input_requests_per_task,
-                        }));
+                    let limit = self.inner.config.limits.max_input_requests_per_task;
+                    if requests.len() > limit {
+                        return Err(ClientError::Protocol(format!(
+                            "{name} asks for {} inputs in one round; the limit is {limit}",
+                            requests.len()
+                        )));
                     }
                     let handler = self.inner.input.clone().ok_or_else(|| {
                         ClientError::InputRequired(format!(

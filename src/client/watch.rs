@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::input::Answer;
 use super::tree::{Observed, PartialResult, TaskTree};
 use super::{Client, ClientError, InputHandler, InputRequest, Violation};
-use crate::model::{DetailedTask, InputResponses, JsonObject, TaskId, TaskStatus};
+use crate::model::{DetailedTask, ErrorCode, InputResponses, JsonObject, TaskId, TaskStatus};
 
 /// `notifications/tasks` of one subscription, as detailed tasks.
 pub(crate) type TaskUpdates = BoxStream<'static, Result<DetailedTask, ClientError>>;
@@ -296,7 +296,8 @@ impl TreeWatch {
                 }
                 self.apply(task)
             }
-            Err(e) if e.is_task_not_found() && id != self.tree.root() => {
+            // tasks/get has no parameter but the id: -32602 means "not found".
+            Err(ClientError::Rpc(e)) if e.code == ErrorCode::INVALID_PARAMS && id != self.tree.root() => {
                 let limit = self.client.config().limits.dangling_attempts.max(1);
                 let root = self.tree.root();
                 let Some(node) = self.tree.get_mut(id) else {

@@ -16,8 +16,8 @@
 //!   writes the answer, citing sub-question tasks by id and sources as `[Sn]`.
 //!
 //! Steps sleep 100-300 ms and checkpoint in between, so a run is watchable,
-//! pausable and steerable; `pace` multiplies every sleep (`"pace": 10`
-//! makes a run last about a minute, slow enough to steer by hand).
+//! pausable and steerable; `pace` multiplies every sleep (`"pace": 20`
+//! makes a run last about 40 seconds, slow enough to steer by hand).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -58,7 +58,7 @@ pub struct ResearchArgs {
     /// Levels of sub-questions (1: no follow-ups).
     pub depth: u32,
     /// Slow-down factor of every step (1: full speed, a few seconds in all;
-    /// 10: slow enough to watch, steer and pause by hand).
+    /// 20: about 40 seconds, slow enough to watch, steer and pause by hand).
     pub pace: u32,
 }
 
@@ -124,7 +124,7 @@ pub fn spec() -> ToolSpec {
             "pace": {
                 "type": "integer", "minimum": 1, "maximum": MAX_PACE, "default": 1,
                 "description": "Slow-down factor of every step: 1 runs at full speed (a few seconds \
-                                in all); 10 takes about a minute, enough to watch, steer and pause \
+                                in all); 20 takes about 40 seconds, enough to watch, steer and pause \
                                 the tree by hand."
             }
         },
