@@ -418,6 +418,7 @@ async fn get(a: GetArgs) -> Result<u8, Failure> {
             0,
             width,
             render::color_stdout(),
+            usize::MAX,
         ) {
             println!("{line}");
         }

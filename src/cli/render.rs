@@ -141,18 +141,20 @@ fn progress(tree: &TaskTree, node: &TaskNode) -> String {
     )
 }
 
-/// One line per task of `tree`, indented by depth, each at most `width`
-/// visible columns: icon, status, short id, progress, elapsed, message.
+/// One line per task of `tree` in pre-order, at most `max_rows` of them,
+/// indented by depth, each at most `width` visible columns: icon, status,
+/// short id, progress, elapsed, message.
 pub(crate) fn tree_lines(
     tree: &TaskTree,
     now: Timestamp,
     frame: usize,
     width: usize,
     color: bool,
+    max_rows: usize,
 ) -> Vec<String> {
     const STATUS: usize = 14;
-    tree.depth_first()
-        .into_iter()
+    tree.pre_order()
+        .take(max_rows)
         .map(|node| {
             let status = node.status();
             let indent = "  ".repeat(node.depth() as usize);
@@ -180,19 +182,29 @@ pub(crate) fn tree_lines(
 
 /// Counts of each status in `tree`, e.g. `7 tasks: 2 working, 5 completed`.
 pub(crate) fn summary(tree: &TaskTree) -> String {
-    let nodes = tree.depth_first();
-    let mut parts = Vec::new();
-    for s in TaskStatus::ALL {
-        let n = nodes.iter().filter(|n| n.status() == Some(s)).count();
-        if n > 0 {
-            parts.push(format!("{n} {s}"));
+    let mut counts = [0usize; TaskStatus::ALL.len()];
+    let (mut total, mut unknown) = (0, 0);
+    for node in tree.pre_order() {
+        total += 1;
+        match node.status() {
+            Some(s) => {
+                if let Some(i) = TaskStatus::ALL.iter().position(|x| *x == s) {
+                    counts[i] += 1;
+                }
+            }
+            None => unknown += 1,
         }
     }
-    let unknown = nodes.iter().filter(|n| n.status().is_none()).count();
+    let mut parts: Vec<String> = TaskStatus::ALL
+        .iter()
+        .zip(counts)
+        .filter(|(_, n)| *n > 0)
+        .map(|(s, n)| format!("{n} {s}"))
+        .collect();
     if unknown > 0 {
         parts.push(format!("{unknown} not yet seen"));
     }
-    format!("{} tasks: {}", nodes.len(), parts.join(", "))
+    format!("{total} tasks: {}", parts.join(", "))
 }
 
 /// A partial result as one human line (the root's with its full text).

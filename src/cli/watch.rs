@@ -82,12 +82,12 @@ impl Screen {
             &format!("subtask watch {}  {}", watch.root(), render::summary(tree)),
             width,
         )];
-        let mut rows = render::tree_lines(tree, Timestamp::now(), frame, width, color);
         let room = height.saturating_sub(2).max(2);
-        if rows.len() > room {
-            let hidden = rows.len() - (room - 1);
+        let mut rows = render::tree_lines(tree, Timestamp::now(), frame, width, color, room);
+        let total = tree.len();
+        if total > room {
             rows.truncate(room - 1);
-            rows.push(format!("… and {hidden} more tasks"));
+            rows.push(format!("… and {} more tasks", total - (room - 1)));
         }
         lines.extend(rows);
         let mut out = String::new();

@@ -248,14 +248,22 @@ impl TaskTree {
     /// The tasks in pre-order (a parent, then each child's subtree in
     /// `childTaskIds` order): the order of a tree view.
     pub fn depth_first(&self) -> Vec<&TaskNode> {
-        let mut out = Vec::with_capacity(self.nodes.len());
+        self.pre_order().collect()
+    }
+
+    /// [`TaskTree::depth_first`] as a lazy iterator (a view that shows the
+    /// first rows only walks that far).
+    pub fn pre_order(&self) -> impl Iterator<Item = &TaskNode> + '_ {
         let mut stack = vec![self.root];
-        while let Some(id) = stack.pop() {
-            let Some(node) = self.nodes.get(&id) else { continue };
-            out.push(node);
-            stack.extend(node.children().iter().rev());
-        }
-        out
+        std::iter::from_fn(move || {
+            while let Some(id) = stack.pop() {
+                if let Some(node) = self.nodes.get(&id) {
+                    stack.extend(node.children().iter().rev());
+                    return Some(node);
+                }
+            }
+            None
+        })
     }
 
     /// `true` once the root's result has been handed out.
