@@ -339,6 +339,50 @@ fn steer_pause_and_resume_from_other_processes_reach_the_tree() {
 }
 
 #[test]
+fn a_killed_call_is_picked_up_by_another_process() {
+    let s = serve();
+    let mut call = call_in_background(
+        &s.url,
+        &[
+            "fanout",
+            r#"{"width":2,"depth":1,"steps":1,"stepMs":5,"inputAt":"0.1"}"#,
+            "--stream",
+            "--json",
+        ],
+    );
+    // The first partial result arrives; then the process dies (SIGKILL).
+    let first: Value = serde_json::from_str(&call.out.recv_timeout(GUARD).unwrap()).unwrap();
+    assert_eq!(path_of(&first), "0.0");
+    call.child.kill().unwrap();
+    call.child.wait().unwrap();
+    // The task lives on; a new process follows it to its end.
+    let tree = until_tree(&s.url, call.id, |t| {
+        t["subtasks"][1]["status"] == "input_required"
+    });
+    let watch = Command::new(BIN)
+        .args(["watch", &call.id.to_string(), "--json", "--url", &s.url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let child: TaskId = tree["subtasks"][1]["taskId"].as_str().unwrap().parse().unwrap();
+    answer(&s.url, child, "confirm-0.1");
+    let w = watch.wait_with_output().unwrap();
+    assert_eq!(code(&w), 0, "{}", stderr(&w));
+    let changes = json_lines(&stdout(&w));
+    let last = changes.last().unwrap();
+    assert_eq!(
+        (last["taskId"].as_str(), last["status"].as_str()),
+        (Some(call.id.to_string().as_str()), Some("completed"))
+    );
+    assert!(
+        changes
+            .iter()
+            .any(|c| c["taskId"] == json!(child) && c["depth"] == 1)
+    );
+}
+
+#[test]
 fn exit_codes_say_how_the_task_ended_or_why_nothing_ran() {
     let s = serve();
     // Cancelled: the root waits for input until it is cancelled.

@@ -107,10 +107,12 @@ impl Screen {
 }
 
 /// One line (or JSON object) per change; a line equal to the task's last
-/// one (only a timestamp moved) is not repeated.
+/// one (only a timestamp moved) is not repeated. The root's final line comes
+/// last, after every subtask's.
 async fn lines(mut watch: TreeWatch, json: bool) -> Result<Option<TaskStatus>, ClientError> {
     let root = watch.root();
     let mut status = None;
+    let mut root_end = None;
     let mut last: std::collections::HashMap<TaskId, String> = std::collections::HashMap::new();
     while let Some(e) = watch.next().await {
         match e? {
@@ -146,7 +148,9 @@ async fn lines(mut watch: TreeWatch, json: bool) -> Result<Option<TaskStatus>, C
                     .to_owned();
                     (line.clone(), line)
                 };
-                if last.get(&id) != Some(&seen) {
+                if id == root && task.status.is_terminal() {
+                    root_end = Some(line);
+                } else if last.get(&id) != Some(&seen) {
                     println!("{line}");
                     last.insert(id, seen);
                 }
@@ -155,6 +159,9 @@ async fn lines(mut watch: TreeWatch, json: bool) -> Result<Option<TaskStatus>, C
             WatchEvent::Result(_) => {}
             _ => {}
         }
+    }
+    if let Some(line) = root_end {
+        println!("{line}");
     }
     Ok(status)
 }
