@@ -23,7 +23,7 @@ enum Target {
 
 impl ClientBuilder {
     /// A client of the Streamable HTTP endpoint at `url`
-    /// (e.g. [`DEFAULT_URL`]).
+    /// (e.g. [`DEFAULT_URL`](super::DEFAULT_URL)).
     pub fn http(url: impl Into<String>) -> Self {
         Self::with_target(Target::Http(url.into()))
     }
