@@ -34,8 +34,18 @@ impl Drop for ServeProcess {
 }
 
 fn serve() -> ServeProcess {
+    // Each test's server keeps its tasks to itself: in memory when this build
+    // of `serve` has a durable store (`--memory`), otherwise by default.
+    let help = Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .expect("subtask serve --help");
+    let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+    if String::from_utf8_lossy(&help.stdout).contains("--memory") {
+        args.push("--memory");
+    }
     let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(&args)
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -486,8 +486,17 @@ async fn call_tool_hides_polling_and_reports_how_a_task_ended() {
 
 #[tokio::test]
 async fn the_client_drives_subtask_serve_over_stdio() {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_subtask"));
+    let bin = env!("CARGO_BIN_EXE_subtask");
+    let mut cmd = tokio::process::Command::new(bin);
     cmd.args(["serve", "--stdio"]).stderr(std::process::Stdio::null());
+    // Tasks in memory when this build of `serve` has a durable store.
+    let help = std::process::Command::new(bin)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    if String::from_utf8_lossy(&help.stdout).contains("--memory") {
+        cmd.arg("--memory");
+    }
     let client = ClientBuilder::stdio(cmd).build().unwrap();
     let tools = client.list_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
