@@ -7,7 +7,7 @@
 //! an input request (fanout's `inputAt`) until the test answers it, and
 //! every wait is a bounded poll (a hang guard).
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -481,6 +481,7 @@ fn exit_codes_say_how_the_task_ended_or_why_nothing_ran() {
 /// A pseudo-terminal running `subtask watch`, its output parsed as a VT100 screen.
 struct Pty {
     parser: vt100::Parser,
+    writer: Box<dyn std::io::Write + Send>,
     chunks: mpsc::Receiver<Vec<u8>>,
     child: Box<dyn portable_pty::Child + Send + Sync>,
     eof: bool,
@@ -508,6 +509,7 @@ impl Pty {
         let child = pair.slave.spawn_command(cmd).unwrap();
         drop(pair.slave);
         let mut reader = pair.master.try_clone_reader().unwrap();
+        let writer = pair.master.take_writer().unwrap();
         let (tx, chunks) = mpsc::channel();
         std::thread::spawn(move || {
             let _master = pair.master; // keep the pty open while reading
@@ -524,10 +526,17 @@ impl Pty {
                 std::num::NonZeroU16::new(cols).unwrap(),
                 0,
             ),
+            writer,
             chunks,
             child,
             eof: false,
         }
+    }
+
+    /// Types `text` into the terminal.
+    fn type_in(&mut self, text: &str) {
+        self.writer.write_all(text.as_bytes()).unwrap();
+        self.writer.flush().unwrap();
     }
 
     /// Feeds output until `pred(screen text)` holds (or the output ends).
@@ -650,4 +659,47 @@ fn watch_draws_the_live_tree_in_place_on_a_terminal() {
     let row = Pty::row_of(screen, c0).unwrap();
     assert_eq!(screen.cell(row, 4).unwrap().fgcolor(), vt100::Color::Default);
     assert!(screen.contents().contains("✓ completed"));
+}
+
+#[test]
+fn call_on_a_terminal_asks_for_input_and_sends_the_answer() {
+    let s = serve();
+    let mut pty = Pty::spawn(
+        &[
+            "call",
+            "fanout",
+            r#"{"width":1,"depth":1,"steps":0,"inputAt":"0.0"}"#,
+            "--stream",
+            "--url",
+            &s.url,
+        ],
+        &[],
+    );
+    let screen = pty.until("the question", |screen| {
+        screen.contains("answer with a JSON object")
+    });
+    assert!(
+        screen.contains("asks (\"confirm-0.0\"): elicitation/create"),
+        "{screen}"
+    );
+    let root: TaskId = screen
+        .lines()
+        .find_map(|l| l.strip_prefix("task "))
+        .expect("the task id comes first")
+        .trim()
+        .parse()
+        .unwrap();
+    pty.type_in("{\"confirm\": true}\n");
+    pty.until("the result", |screen| {
+        screen.contains("fanout: 2 of 2 nodes completed")
+    });
+    let (exit, _) = pty.exit_code();
+    assert_eq!(exit, 0);
+    // The answer reached the task that asked, as typed.
+    let o = cli(&s.url, &["get", &root.to_string(), "--tree", "--json"]);
+    let tree: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(
+        tree["subtasks"][0]["result"]["structuredContent"]["input"],
+        json!({"action": "accept", "content": {"confirm": true}})
+    );
 }

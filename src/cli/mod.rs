@@ -185,7 +185,11 @@ pub(crate) fn run(command: Command) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    match rt.block_on(dispatch(command)) {
+    let outcome = rt.block_on(dispatch(command));
+    // A prompt may still wait on stdin (another client answered first):
+    // do not wait for it.
+    rt.shutdown_background();
+    match outcome {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
             eprintln!("subtask: {}", f.message);
