@@ -479,6 +479,39 @@ async fn a_zero_poll_interval_does_not_become_a_busy_loop() {
 }
 
 #[tokio::test]
+async fn the_suggested_poll_interval_is_honoured() {
+    let r = TaskId::random();
+    let started = std::time::Instant::now();
+    let (url, served) = serve(move |method, _, _| {
+        let mut t = task(r, None, &[], "working", 1);
+        t["pollIntervalMs"] = json!(150);
+        match method {
+            "tools/call" => {
+                t["resultType"] = json!("task");
+                Reply::Json(t)
+            }
+            "tasks/get" if started.elapsed() < Duration::from_millis(600) => Reply::Json(t),
+            "tasks/get" => Reply::Json(task(r, None, &[], "completed", 2)),
+            _ => Reply::Error(-32601, "no"),
+        }
+    })
+    .await;
+    let mut c = config();
+    c.use_subscriptions = false;
+    let client = ClientBuilder::http(&url).config(c).build().unwrap();
+    let t0 = std::time::Instant::now();
+    tokio::time::timeout(GUARD, client.call_tool("t", JsonObject::new()))
+        .await
+        .unwrap()
+        .unwrap();
+    let elapsed = t0.elapsed();
+    // At most one tasks/get per 150 ms (plus the first poll and the call).
+    let requests = served.requests.load(Ordering::SeqCst);
+    let bound = (elapsed.as_millis() / 150) as usize + 2;
+    assert!(requests <= bound, "{requests} requests in {elapsed:?}");
+}
+
+#[tokio::test]
 async fn malformed_answers_are_protocol_errors_not_panics() {
     for bad in [
         json!({"resultType": "task", "taskId": "not-a-uuid", "status": "working"}),
