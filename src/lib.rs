@@ -10,6 +10,8 @@
 //! * [`store`]: durability behind one trait (memory, SQLite with group commit).
 //! * [`server`]: the MCP endpoint (Streamable HTTP and stdio).
 //! * [`demo`]: the demo tools of `subtask serve`.
+//! * [`client`]: the client library behind the `subtask` command line:
+//!   transparent polling, ordered partial results, steering, trust checks.
 //!
 //! # Quickstart
 //!
@@ -40,6 +42,7 @@
 #![deny(missing_docs)]
 #![deny(clippy::await_holding_lock)]
 
+pub mod client;
 pub mod core;
 pub mod demo;
 pub mod model;

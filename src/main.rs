@@ -1,5 +1,8 @@
 //! The `subtask` command line: `subtask serve` runs the MCP server with the
-//! demo tools; the client commands arrive with the client layer.
+//! demo tools; `call`, `get`, `watch`, `steer`, `pause`, `resume` and
+//! `cancel` drive tasks from the client side (implemented in `cli/`).
+
+mod cli;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -50,10 +53,36 @@ enum Command {
     },
     /// Print the protocol surface this build implements.
     Info,
+    /// Call a tool and print its result; a task is followed to its end
+    /// (with --stream, every partial result of its tree, in order).
+    Call(cli::CallArgs),
+    /// Show a task, or its whole tree with --tree.
+    Get(cli::GetArgs),
+    /// Draw the live tree of a task until its root ends.
+    Watch(cli::WatchArgs),
+    /// Send feedback to a running task (delivered at its next safe point).
+    Steer(cli::SteerArgs),
+    /// Pause a task and its subtasks at their next safe point.
+    Pause(cli::TaskArgs),
+    /// Resume a paused task.
+    Resume(cli::TaskArgs),
+    /// Cancel a task and its subtasks.
+    Cancel(cli::TaskArgs),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Usage errors exit 3 (2 means "cancelled" for the client commands).
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(cli::EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -62,6 +91,13 @@ fn main() -> ExitCode {
         )
         .init();
     match cli.command {
+        Command::Call(a) => cli::run(cli::Command::Call(a)),
+        Command::Get(a) => cli::run(cli::Command::Get(a)),
+        Command::Watch(a) => cli::run(cli::Command::Watch(a)),
+        Command::Steer(a) => cli::run(cli::Command::Steer(a)),
+        Command::Pause(a) => cli::run(cli::Command::Pause(a)),
+        Command::Resume(a) => cli::run(cli::Command::Resume(a)),
+        Command::Cancel(a) => cli::run(cli::Command::Cancel(a)),
         Command::Info => {
             println!("subtask {}", env!("CARGO_PKG_VERSION"));
             println!("protocol: MCP 2026-07-28 (legacy initialize for 2025-11-25 and 2025-06-18)");

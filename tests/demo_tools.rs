@@ -461,6 +461,11 @@ async fn deep_research_validates_arguments() {
         ),
         (json!({"question": "x", "depth": 4}), "depth must be from 1 to 3"),
         (json!({"question": "x", "width": 4}), "unknown argument"),
+        (json!({"question": "x", "pace": 0}), "pace must be from 1 to 100"),
+        (
+            json!({"question": "x", "pace": 101}),
+            "pace must be from 1 to 100",
+        ),
     ];
     for (args, expected) in bad {
         match Tool::call(
@@ -476,4 +481,25 @@ async fn deep_research_validates_arguments() {
             other => panic!("{args}: expected an error, got {other:?}"),
         }
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn deep_research_pace_slows_every_step_down() {
+    // Paused time: durations are the handlers' sleeps, not the machine's speed.
+    let mut took = Vec::new();
+    for pace in [1, 4] {
+        let rt = Runtime::new(RuntimeConfig::default());
+        let args = json!({"question": QUESTION, "breadth": 2, "depth": 1, "pace": pace});
+        let start_at = tokio::time::Instant::now();
+        let root = start(&rt, &deep_research::call, "deep_research", args).await;
+        let done = rt.wait(root, V).await.unwrap();
+        assert_eq!(done.status(), TaskStatus::Completed);
+        took.push(start_at.elapsed());
+    }
+    assert!(
+        took[1] >= took[0] * 3,
+        "pace 4 took {:?}, pace 1 took {:?}",
+        took[1],
+        took[0]
+    );
 }

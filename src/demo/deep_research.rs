@@ -16,7 +16,8 @@
 //!   writes the answer, citing sub-question tasks by id and sources as `[Sn]`.
 //!
 //! Steps sleep 100-300 ms and checkpoint in between, so a run is watchable,
-//! pausable and steerable.
+//! pausable and steerable; `pace` multiplies every sleep (`"pace": 20`
+//! makes a run last about 40 seconds, slow enough to steer by hand).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -41,6 +42,8 @@ pub const MAX_BREADTH: u64 = 6;
 pub const MAX_DEPTH: u64 = 3;
 /// Longest `question`, in characters.
 pub const MAX_QUESTION_CHARS: usize = 1000;
+/// Largest `pace`.
+pub const MAX_PACE: u64 = 100;
 
 /// Top-level sub-questions researched at once.
 const LANES: usize = 2;
@@ -54,6 +57,9 @@ pub struct ResearchArgs {
     pub breadth: u32,
     /// Levels of sub-questions (1: no follow-ups).
     pub depth: u32,
+    /// Slow-down factor of every step (1: full speed, a few seconds in all;
+    /// 20: about 40 seconds, slow enough to watch, steer and pause by hand).
+    pub pace: u32,
 }
 
 impl ResearchArgs {
@@ -63,7 +69,7 @@ impl ResearchArgs {
     ///
     /// `-32602` naming the offending argument.
     pub fn parse(arguments: &JsonObject) -> Result<Self, ErrorObject> {
-        let a = Args::new(NAME, arguments, &["question", "breadth", "depth"])?;
+        let a = Args::new(NAME, arguments, &["question", "breadth", "depth", "pace"])?;
         let question = a.string("question")?.map(str::trim).unwrap_or_default();
         if question.is_empty() {
             return Err(invalid_params(format!(
@@ -79,6 +85,7 @@ impl ResearchArgs {
             question: question.to_owned(),
             breadth: a.int("breadth", Some(3), 1, MAX_BREADTH)?.unwrap_or(3) as u32,
             depth: a.int("depth", Some(2), 1, MAX_DEPTH)?.unwrap_or(2) as u32,
+            pace: a.int("pace", Some(1), 1, MAX_PACE)?.unwrap_or(1) as u32,
         })
     }
 }
@@ -113,6 +120,12 @@ pub fn spec() -> ToolSpec {
                 "type": "integer", "minimum": 1, "maximum": MAX_DEPTH, "default": 2,
                 "description": "Levels of sub-questions: 1 plans only top-level ones, each further \
                                 level adds follow-ups."
+            },
+            "pace": {
+                "type": "integer", "minimum": 1, "maximum": MAX_PACE, "default": 1,
+                "description": "Slow-down factor of every step: 1 runs at full speed (a few seconds \
+                                in all); 20 takes about 40 seconds, enough to watch, steer and pause \
+                                the tree by hand."
             }
         },
         "required": ["question"],
@@ -220,8 +233,9 @@ fn why(outcome: &TaskOutcome) -> String {
     }
 }
 
-async fn pause_ms(ms: u64) {
-    tokio::time::sleep(Duration::from_millis(ms)).await;
+/// Sleeps `ms` milliseconds slowed down by `pace`.
+async fn pause_ms(pace: u32, ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ms.saturating_mul(u64::from(pace)))).await;
 }
 
 // ----- the plan ----------------------------------------------------------------------
@@ -405,7 +419,7 @@ async fn root(ctx: TaskContext, args: ResearchArgs) -> HandlerResult {
     });
     let n = DOCUMENTS.len();
     ctx.set_status_message(format!("planning: scoring {n} documents against the question"));
-    pause_ms(200).await;
+    pause_ms(args.pace, 200).await;
     let mut pending = ctx.checkpoint().await?;
     let planned = plan(&args.question, args.breadth as usize);
     let list: Vec<&str> = planned.iter().map(|s| s.question.as_str()).collect();
@@ -417,7 +431,7 @@ async fn root(ctx: TaskContext, args: ResearchArgs) -> HandlerResult {
     for sq in planned {
         spawn_top_level(&ctx, &shared, sq, false)?;
     }
-    pause_ms(150).await;
+    pause_ms(args.pace, 150).await;
 
     // Research until every top-level sub-question is done, re-planning on steers.
     let mut steers = Vec::new();
@@ -426,7 +440,7 @@ async fn root(ctx: TaskContext, args: ResearchArgs) -> HandlerResult {
         for steer in pending.drain(..) {
             replan(&ctx, &shared, &steer)?;
             steers.push(steer);
-            pause_ms(200).await;
+            pause_ms(args.pace, 200).await;
         }
         let (next, status) = {
             let plan = shared.plan.lock();
@@ -448,7 +462,7 @@ async fn root(ctx: TaskContext, args: ResearchArgs) -> HandlerResult {
         // before it ran never marks itself done, so its outcome does.
         tokio::select! {
             _ = next.outcome() => *phase.lock() = Phase::Done,
-            () = pause_ms(250) => {}
+            () = pause_ms(1, 250) => {}
         }
     }
 
@@ -543,10 +557,15 @@ fn research(
             .map_or("the whole corpus", |t| t.name);
         ctx.set_status_message(format!("{label}: searching {scope}: {}", sq.question));
         let s = sq.clone();
-        let search = ctx.spawn_subtask(SubtaskOptions::default(), move |c| search(c, s))?;
+        let pace = shared.args.pace;
+        let search = ctx.spawn_subtask(SubtaskOptions::default(), move |c| search(c, s, pace))?;
         let s = sq.clone();
-        let read = ctx.spawn_subtask(SubtaskOptions::default().after(&[&search]), move |c| read(c, s))?;
-        let summarize = ctx.spawn_subtask(SubtaskOptions::default().after(&[&read]), summarize)?;
+        let read = ctx.spawn_subtask(SubtaskOptions::default().after(&[&search]), move |c| {
+            read(c, s, pace)
+        })?;
+        let summarize = ctx.spawn_subtask(SubtaskOptions::default().after(&[&read]), move |c| {
+            summarize(c, pace)
+        })?;
         let steps = Steps {
             search: search.id(),
             read: read.id(),
@@ -618,7 +637,7 @@ fn upstream(ctx: &TaskContext, step: &str) -> Result<Value, JsonObject> {
 }
 
 /// `search`: ranks the documents of the sub-question's topic.
-async fn search(ctx: TaskContext, sq: SubQuestion) -> HandlerResult {
+async fn search(ctx: TaskContext, sq: SubQuestion, pace: u32) -> HandlerResult {
     let pool = DOCUMENTS
         .iter()
         .filter(|d| sq.topic.is_none_or(|t| d.topic == t))
@@ -628,7 +647,7 @@ async fn search(ctx: TaskContext, sq: SubQuestion) -> HandlerResult {
         ctx.checkpoint().await?;
         let last = (first + 3).min(pool);
         ctx.set_status_message(format!("searching: scanning documents {first}-{last} of {pool}"));
-        pause_ms(100).await;
+        pause_ms(pace, 100).await;
     }
     let hits = corpus::search(&sq.keywords, sq.topic, 3);
     let titles: Vec<&str> = hits.iter().map(|(d, _)| d.title).collect();
@@ -645,7 +664,7 @@ async fn search(ctx: TaskContext, sq: SubQuestion) -> HandlerResult {
 }
 
 /// `read`: reads the hits of `search` and takes notes.
-async fn read(ctx: TaskContext, sq: SubQuestion) -> HandlerResult {
+async fn read(ctx: TaskContext, sq: SubQuestion, pace: u32) -> HandlerResult {
     let found = match upstream(&ctx, "search") {
         Ok(v) => v,
         Err(e) => return Ok(e),
@@ -656,12 +675,12 @@ async fn read(ctx: TaskContext, sq: SubQuestion) -> HandlerResult {
         .filter_map(|h| h["docId"].as_str().and_then(corpus::document))
         .collect();
     ctx.set_status_message(format!("reading {} sources", docs.len()));
-    pause_ms(150).await;
+    pause_ms(pace, 150).await;
     let mut notes = Vec::new();
     for (i, d) in docs.iter().enumerate() {
         ctx.checkpoint().await?;
         ctx.set_status_message(format!("reading {}/{}: {}", i + 1, docs.len(), d.title));
-        pause_ms(200).await;
+        pause_ms(pace, 200).await;
         let excerpt = corpus::excerpt(&d.body, &sq.keywords, 2);
         notes.push(Note {
             doc_id: d.id.into(),
@@ -675,17 +694,17 @@ async fn read(ctx: TaskContext, sq: SubQuestion) -> HandlerResult {
 }
 
 /// `summarize`: condenses the notes of `read`, citing them.
-async fn summarize(ctx: TaskContext) -> HandlerResult {
+async fn summarize(ctx: TaskContext, pace: u32) -> HandlerResult {
     let notes: Vec<Note> = match upstream(&ctx, "read") {
         Ok(v) => serde_json::from_value(v["notes"].clone()).unwrap_or_default(),
         Err(e) => return Ok(e),
     };
     ctx.checkpoint().await?;
     ctx.set_status_message(format!("condensing {} notes", notes.len()));
-    pause_ms(200).await;
+    pause_ms(pace, 200).await;
     ctx.checkpoint().await?;
     ctx.set_status_message("checking citations");
-    pause_ms(100).await;
+    pause_ms(pace, 100).await;
     let summary = if notes.is_empty() {
         "No document in the corpus addresses this.".to_owned()
     } else {
@@ -726,11 +745,12 @@ async fn synthesize(
     planned: Vec<(TaskId, bool)>,
     changes: Vec<String>,
 ) -> HandlerResult {
+    let pace = shared.args.pace;
     ctx.set_status_message(format!(
         "collecting {} sub-question outcomes",
         ctx.dependencies().len()
     ));
-    pause_ms(150).await;
+    pause_ms(pace, 150).await;
     ctx.checkpoint().await?;
     // Focused sub-questions first, then plan order; follow-ups after their parent.
     let mut order = planned.clone();
@@ -829,7 +849,7 @@ async fn synthesize(
         "writing the answer from {} sub-questions",
         sub_questions.len()
     ));
-    pause_ms(200).await;
+    pause_ms(pace, 200).await;
     ctx.checkpoint().await?;
 
     let mut t = format!("Question: {question}\n");
