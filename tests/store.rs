@@ -482,7 +482,7 @@ fn truncated_files_are_reported_as_damaged() {
         assert_eq!(outcome(&path, &before, &what), Outcome::RefusedAtOpen, "{what}");
         let err = open(&path).unwrap_err().to_string();
         assert!(
-            err.contains("malformed") || err.contains("not a database"),
+            err.contains("malformed") || err.contains("not a database") || err.contains("too short"),
             "{what}: {err}"
         );
         assert_eq!(len(&path), cut, "{what}: the damaged file is left as it was");
@@ -512,17 +512,35 @@ fn truncated_files_are_reported_as_damaged() {
 /// a store cut to nothing opens as a new, empty store. Nothing in the file
 /// can tell it from one created empty.
 #[test]
-fn truncated_files_of_zero_or_one_byte_are_empty_databases() {
+fn an_empty_file_is_a_new_database_but_a_few_bytes_are_refused() {
     let dir = TempDir::new("trunc0");
     let path = dir.db();
     write_many(&path, 3, 3);
-    for cut in [0, 1] {
+    // Shorter than SQLite's header but not empty: SQLite would silently
+    // start over; the store refuses.
+    for cut in [1, 50, 99] {
         set_len(&path, cut);
-        let store = open(&path).expect("an empty file is an empty database");
-        assert!(store.load().unwrap().is_empty());
-        drop(store);
-        assert_eq!(schema(&path), fresh_schema(), "the store wrote a fresh schema");
+        match open(&path) {
+            Err(StoreError::Corrupt(m)) => {
+                assert!(
+                    m.contains(&path.display().to_string()) && m.contains("too short"),
+                    "{m}"
+                )
+            }
+            other => panic!("a {cut}-byte file opened: {other:?}"),
+        }
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            cut,
+            "the file is left alone"
+        );
     }
+    // Empty: what a first start that died before writing the schema leaves.
+    set_len(&path, 0);
+    let store = open(&path).expect("an empty file is an empty database");
+    assert!(store.load().unwrap().is_empty());
+    drop(store);
+    assert_eq!(schema(&path), fresh_schema(), "the store wrote a fresh schema");
 }
 
 /// A crash image: the files as they are while the store is open (no

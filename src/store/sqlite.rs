@@ -178,6 +178,20 @@ impl SqliteStore {
                 lock_path.display()
             ))
         })?;
+        // SQLite treats any file shorter than its 100-byte header as a new,
+        // empty database; a file that short but not empty is a damaged one.
+        // (An empty file is what a first start that died before writing the
+        // schema leaves: it opens as a new database.)
+        if let Ok(meta) = std::fs::metadata(&path)
+            && meta.len() > 0
+            && meta.len() < 100
+        {
+            return Err(StoreError::Corrupt(format!(
+                "{}: {} bytes is too short to be a database (truncated?)",
+                path.display(),
+                meta.len()
+            )));
+        }
         let mut conn = Connection::open_with_flags(
             &path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
