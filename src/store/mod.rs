@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use serde_json::Value;
-use tokio::sync::Notify;
+use std::task::{Poll, Waker};
 
 pub use memory::MemoryStore;
 pub use sqlite::{SqliteConfig, SqliteStore};
@@ -215,7 +215,9 @@ pub trait TaskStore: Send + Sync + 'static {
 pub struct Watermark {
     durable: AtomicU64,
     failed: Mutex<Option<(u64, StoreError)>>,
-    notify: Notify,
+    /// Wakers by the ticket they wait for: an advance wakes only the
+    /// waiters it satisfies.
+    waiters: Mutex<std::collections::BTreeMap<u64, Vec<Waker>>>,
 }
 
 impl Watermark {
@@ -227,7 +229,14 @@ impl Watermark {
     /// Tickets up to `t` are durable.
     pub fn advance(&self, t: Ticket) {
         self.durable.fetch_max(t.0, Ordering::AcqRel);
-        self.notify.notify_waiters();
+        let ready = {
+            let mut w = self.waiters.lock();
+            let later = w.split_off(&(t.0 + 1));
+            std::mem::replace(&mut *w, later)
+        };
+        for waker in ready.into_values().flatten() {
+            waker.wake();
+        }
     }
 
     /// Ticket `t` and every later one failed with `e`.
@@ -237,7 +246,10 @@ impl Watermark {
             *f = Some((t.0, e));
         }
         drop(f);
-        self.notify.notify_waiters();
+        let all = std::mem::take(&mut *self.waiters.lock());
+        for waker in all.into_values().flatten() {
+            waker.wake();
+        }
     }
 
     /// `Ok(true)` when `t` is durable.
@@ -261,15 +273,23 @@ impl Watermark {
     ///
     /// The store failed at or before `t`.
     pub async fn wait(self: Arc<Self>, t: Ticket) -> Result<(), StoreError> {
-        loop {
-            let notified = self.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
+        std::future::poll_fn(|cx| {
             if self.check(t)? {
-                return Ok(());
+                return Poll::Ready(Ok(()));
             }
-            notified.await;
-        }
+            let mut w = self.waiters.lock();
+            // Checked again under the lock: an advance in between has
+            // already taken the waiters it satisfies.
+            if self.check(t)? {
+                return Poll::Ready(Ok(()));
+            }
+            let list = w.entry(t.0).or_default();
+            if !list.iter().any(|x| x.will_wake(cx.waker())) {
+                list.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
     }
 
     /// Blocks the calling thread until `t` is durable (for start-up and tests).

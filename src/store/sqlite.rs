@@ -312,7 +312,7 @@ fn prepare(conn: &mut Connection, path: &Path, durability: Durability) -> Result
         Durability::Relaxed => "NORMAL",
     };
     conn.execute_batch(&format!(
-        "PRAGMA synchronous={sync}; PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;"
+        "PRAGMA synchronous={sync}; PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY; PRAGMA wal_autocheckpoint=8192;"
     ))
     .map_err(&e)?;
     if version > 0 {
