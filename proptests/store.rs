@@ -50,7 +50,7 @@ mod reference;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 use std::sync::{Arc, Barrier};
 
@@ -91,36 +91,9 @@ fn proptest_config(default: u32) -> Config {
 
 // ----- a temporary directory -----------------------------------------------------
 
-/// A fresh directory under the system's temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static N: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!(
-            "subtask-{tag}-{}-{}-{nanos}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("create a temp dir");
-        TempDir(dir)
-    }
-
-    fn db(&self) -> PathBuf {
-        self.0.join("tasks.db")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+#[path = "../tests/support/tempdir.rs"]
+mod tempdir;
+use tempdir::TempDir;
 
 // ----- how the SQLite file is opened ---------------------------------------------
 
@@ -290,15 +263,7 @@ impl Written {
                     // As `absorb`: a record gone by now (its tree was deleted
                     // later in the command) is not written.
                     if let Some(rec) = forest.task(*id) {
-                        let task = StoredTask {
-                            id: *id,
-                            root: rec.root(),
-                            parent: rec.parent(),
-                            position: rec.position(),
-                            version: 0,
-                            state: encode_state(rec),
-                        };
-                        slot(rec.root(), WriteOp::PutTask(task), false);
+                        slot(rec.root(), WriteOp::PutTask(StoredTask::of(rec)), false);
                     }
                 }
                 Effect::TreeDeleted { root, .. } => slot(*root, WriteOp::DeleteTree(*root), false),

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use subtask::core::{ChildOptions, ClientView, Effect, Forest, HandlerOutcome, RootOptions, encode_state};
+use subtask::core::{ChildOptions, ClientView, Effect, Forest, HandlerOutcome, RootOptions};
 use subtask::model::{DetailedTask, InputResponses, JsonObject, TaskId, TaskPayload, TaskStatus, Timestamp};
 use subtask::runtime::{
     HandlerBody, Owner, RecoveryReport, Runtime, RuntimeConfig, SubtaskOptions, TaskError,
@@ -52,52 +52,9 @@ const V: ClientView = ClientView::PAUSE_AWARE;
 
 // ----- helpers ------------------------------------------------------------------
 
-/// A fresh directory under the system's temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static N: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!(
-            "subtask-store-{tag}-{}-{}-{nanos}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("create a temp dir");
-        TempDir(dir)
-    }
-
-    fn db(&self) -> PathBuf {
-        self.0.join("tasks.db")
-    }
-
-    /// The files in the directory, with their sizes.
-    fn files(&self) -> Vec<(String, u64)> {
-        let mut v: Vec<(String, u64)> = std::fs::read_dir(&self.0)
-            .expect("list the temp dir")
-            .map(|e| {
-                let e = e.expect("a directory entry");
-                (
-                    e.file_name().to_string_lossy().into_owned(),
-                    e.metadata().map(|m| m.len()).unwrap_or(0),
-                )
-            })
-            .collect();
-        v.sort();
-        v
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+#[path = "support/tempdir.rs"]
+mod tempdir;
+use tempdir::TempDir;
 
 fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut p = path.as_os_str().to_owned();
@@ -165,15 +122,7 @@ impl<'a> Writer<'a> {
                 ),
                 Effect::Persist { id } => {
                     let Some(rec) = self.forest.task(id) else { continue };
-                    let t = StoredTask {
-                        id,
-                        root: rec.root(),
-                        parent: rec.parent(),
-                        position: rec.position(),
-                        version: 0,
-                        state: encode_state(rec),
-                    };
-                    (rec.root(), WriteOp::PutTask(t), false)
+                    (rec.root(), WriteOp::PutTask(StoredTask::of(rec)), false)
                 }
                 Effect::TreeDeleted { root, .. } => (root, WriteOp::DeleteTree(root), false),
                 _ => continue,

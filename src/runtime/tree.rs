@@ -18,7 +18,7 @@ use super::context::{DependencyOutcome, HandlerResult, TaskContext, TaskOutcome}
 use super::error::RuntimeError;
 use super::inner::Inner;
 use super::scheduler::Job;
-use crate::core::{Effect, Forest, IdMap, TaskRecord, TransitionError, encode_state};
+use crate::core::{Effect, Forest, IdMap, TaskRecord, TransitionError};
 use crate::model::{JsonObject, TaskId, Timestamp};
 use crate::store::{StoredTask, Ticket, TreeMeta, WriteBatch, WriteOp};
 
@@ -262,14 +262,7 @@ impl Inner {
                 }
                 Effect::Persist { id } => {
                     if persist && let Some(rec) = st.forest.task(id) {
-                        ops.push(WriteOp::PutTask(StoredTask {
-                            id,
-                            root: rec.root(),
-                            parent: rec.parent(),
-                            position: rec.position(),
-                            version: 0,
-                            state: encode_state(rec),
-                        }));
+                        ops.push(WriteOp::PutTask(StoredTask::of(rec)));
                     }
                 }
             }

@@ -88,6 +88,21 @@ pub struct StoredTask {
     pub state: String,
 }
 
+impl StoredTask {
+    /// The stored form of a task record as it is now (version 0: the
+    /// writer sets the batch's version).
+    pub fn of(rec: &crate::core::TaskRecord) -> StoredTask {
+        StoredTask {
+            id: rec.id(),
+            root: rec.root(),
+            parent: rec.parent(),
+            position: rec.position(),
+            version: 0,
+            state: crate::core::encode_state(rec),
+        }
+    }
+}
+
 /// What a tree was started as, written once when its root is created.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TreeMeta {
