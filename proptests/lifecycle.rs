@@ -14,6 +14,9 @@
 //! properties found (all fixed); `PROP_LIFECYCLE_STATS=1` prints what
 //! `generated_sequences_cover_the_lifecycle` exercised.
 
+#[path = "support/cases.rs"]
+mod cases;
+use cases::proptest_config;
 #[path = "support/commands.rs"]
 mod commands;
 #[macro_use]
@@ -35,23 +38,8 @@ const DEFAULT_CASES: u32 = 256;
 /// Default number of cases of the focused properties.
 const FOCUSED_CASES: u32 = 48;
 
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn proptest_config(default: u32) -> Config {
-    Config {
-        failure_persistence: None,
-        max_shrink_iters: 4096,
-        ..Config::with_cases(cases(default))
-    }
-}
-
 proptest! {
-    #![proptest_config(proptest_config(DEFAULT_CASES))]
+    #![proptest_config(proptest_config(DEFAULT_CASES, 4096))]
 
     /// The main property: every command of the lifecycle, every check.
     #[test]
@@ -61,7 +49,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(proptest_config(FOCUSED_CASES))]
+    #![proptest_config(proptest_config(FOCUSED_CASES, 4096))]
 
     /// I12 on trees that grow and complete: `Forest::result_order` is the
     /// model's post-order by `childTaskIds`, and a cursor started at any step

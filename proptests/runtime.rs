@@ -77,6 +77,10 @@
 //!
 //! Cases: `PROPTEST_CASES` if set, else a default sized for a debug build.
 
+#[path = "support/cases.rs"]
+mod cases;
+use cases::proptest_config;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Once};
 use std::task::Poll;
@@ -111,21 +115,6 @@ const COOPERATIVE_GRACE_MS: u64 = 600_000;
 
 /// Default number of cases of each property, for `cargo test` in debug.
 const DEFAULT_CASES: u32 = 128;
-
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn proptest_config(default: u32) -> Config {
-    Config {
-        failure_persistence: None,
-        max_shrink_iters: 2048,
-        ..Config::with_cases(cases(default))
-    }
-}
 
 macro_rules! ensure {
     ($cond:expr, $($arg:tt)+) => {
@@ -2132,7 +2121,7 @@ async fn drive(case: &Case) -> Result<Stats, String> {
 }
 
 proptest! {
-    #![proptest_config(proptest_config(DEFAULT_CASES))]
+    #![proptest_config(proptest_config(DEFAULT_CASES, 2048))]
 
     /// The main property: random scripts (some sleeps ignore cancellation,
     /// so handlers get aborted after `cancel_grace`), every client action.

@@ -38,6 +38,8 @@
 //!
 //! Cases: `PROPTEST_CASES` if set, else a default sized for a debug build.
 
+#[path = "support/cases.rs"]
+mod cases;
 #[allow(dead_code)]
 #[path = "support/commands.rs"]
 mod commands;
@@ -47,6 +49,8 @@ mod harness;
 #[allow(dead_code)]
 #[path = "support/reference.rs"]
 mod reference;
+
+use cases::proptest_config;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -72,22 +76,6 @@ use harness::Harness;
 const DEFAULT_CASES: u32 = 16;
 /// Default cases of the concurrent property.
 const CONCURRENT_CASES: u32 = 6;
-
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn proptest_config(default: u32) -> Config {
-    Config {
-        failure_persistence: None,
-        // Each shrink step replays a whole sequence against a real file.
-        max_shrink_iters: 512,
-        ..Config::with_cases(cases(default))
-    }
-}
 
 // ----- a temporary directory -----------------------------------------------------
 
@@ -599,7 +587,7 @@ fn run_sequence(
 }
 
 proptest! {
-    #![proptest_config(proptest_config(DEFAULT_CASES))]
+    #![proptest_config(proptest_config(DEFAULT_CASES, 512))]
 
     /// Memory and SQLite hold the same trees after every sequence, at random
     /// points in it and across reopens; both are the live forest.
@@ -792,7 +780,7 @@ fn logs_or_fail(logs: Vec<Result<ThreadLog, String>>) -> Result<Vec<ThreadLog>, 
 }
 
 proptest! {
-    #![proptest_config(proptest_config(CONCURRENT_CASES))]
+    #![proptest_config(proptest_config(CONCURRENT_CASES, 512))]
 
     /// Several threads write disjoint trees into one store at once: group
     /// commits mix their batches, and each tree still ends as its own
