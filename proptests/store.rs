@@ -65,8 +65,8 @@ use serde_json::json;
 use subtask::core::{ClientView, Effect, Forest, ForestConfig, decode_state, encode_state};
 use subtask::model::TaskId;
 use subtask::store::{
-    Durability, MemoryStore, SqliteConfig, SqliteStore, StoredTask, StoredTree, TaskStore, Ticket, TreeMeta,
-    WriteBatch, WriteOp,
+    Durability, MemoryStore, SqliteConfig, SqliteStore, StoredTree, TaskStore, Ticket, TreeMeta, WriteBatch,
+    WriteOp,
 };
 
 use commands::{Step, Weights, config, steps};
@@ -247,15 +247,12 @@ impl Written {
                         slot(*id, WriteOp::PutTree(meta), true);
                     }
                 }
-                Effect::Persist { id } => {
-                    // As `absorb`: a record gone by now (its tree was deleted
-                    // later in the command) is not written.
-                    if let Some(rec) = forest.task(*id) {
-                        slot(rec.root(), WriteOp::PutTask(StoredTask::of(rec)), false);
+                // As `absorb`: the writes the library derives from effects.
+                e => {
+                    if let Some(op) = WriteOp::for_effect(forest, e) {
+                        slot(op.root(), op, false);
                     }
                 }
-                Effect::TreeDeleted { root, .. } => slot(*root, WriteOp::DeleteTree(*root), false),
-                _ => {}
             }
         }
         if order.len() > 1 {

@@ -45,7 +45,7 @@ use subtask::server::{
     elicitation,
 };
 use subtask::store::{
-    SqliteConfig, SqliteStore, StoreError, StoredTask, TaskStore, Ticket, TreeMeta, WriteBatch, WriteOp,
+    SqliteConfig, SqliteStore, StoreError, TaskStore, Ticket, TreeMeta, WriteBatch, WriteOp,
 };
 
 const V: ClientView = ClientView::PAUSE_AWARE;
@@ -120,12 +120,10 @@ impl<'a> Writer<'a> {
                     }),
                     true,
                 ),
-                Effect::Persist { id } => {
-                    let Some(rec) = self.forest.task(id) else { continue };
-                    (rec.root(), WriteOp::PutTask(StoredTask::of(rec)), false)
-                }
-                Effect::TreeDeleted { root, .. } => (root, WriteOp::DeleteTree(root), false),
-                _ => continue,
+                e => match WriteOp::for_effect(&self.forest, &e) {
+                    Some(op) => (op.root(), op, false),
+                    None => continue,
+                },
             };
             let v = ops.entry(root).or_insert_with(|| {
                 order.push(root);

@@ -20,7 +20,7 @@ use super::inner::Inner;
 use super::scheduler::Job;
 use crate::core::{Effect, Forest, IdMap, TaskRecord, TransitionError};
 use crate::model::{JsonObject, TaskId, Timestamp};
-use crate::store::{StoredTask, Ticket, TreeMeta, WriteBatch, WriteOp};
+use crate::store::{Ticket, TreeMeta, WriteBatch, WriteOp};
 
 /// The body of a handler, boxed until it starts.
 pub type HandlerBody = Box<dyn FnOnce(TaskContext) -> BoxFuture<'static, HandlerResult> + Send>;
@@ -209,6 +209,9 @@ impl Inner {
         }
         let persist = self.store.is_some();
         for effect in st.forest.take_effects() {
+            if persist && let Some(op) = WriteOp::for_effect(&st.forest, &effect) {
+                ops.push(op);
+            }
             match effect {
                 Effect::Created { id, .. } => post.created.push(id),
                 Effect::Changed { id, to, .. } => {
@@ -248,10 +251,7 @@ impl Inner {
                     post.notify.extend(rt.notify.clone());
                 }
                 Effect::ArmTimer { at } => post.arm = Some(post.arm.map_or(at, |a| a.min(at))),
-                Effect::TreeDeleted { ids, root } => {
-                    if persist {
-                        ops.push(WriteOp::DeleteTree(root));
-                    }
+                Effect::TreeDeleted { ids, .. } => {
                     post.tree_changed = true;
                     for id in &ids {
                         if let Some(rt) = st.rt.remove(id) {
@@ -260,29 +260,15 @@ impl Inner {
                     }
                     post.deleted.extend(ids);
                 }
-                Effect::Persist { id } => {
-                    if persist && let Some(rec) = st.forest.task(id) {
-                        ops.push(WriteOp::PutTask(StoredTask::of(rec)));
-                    }
-                }
+                Effect::Persist { .. } => {}
             }
         }
         if let (Some(store), false) = (&self.store, ops.is_empty()) {
             // Submitted under the tree lock: the tree's batches reach the
             // store in command order.
             st.durable.version += 1;
-            for op in &mut ops {
-                if let WriteOp::PutTask(t) = op {
-                    t.version = st.durable.version;
-                }
-            }
-            let root = match &ops[0] {
-                WriteOp::PutTree(m) => m.root,
-                WriteOp::PutTask(t) => t.root,
-                WriteOp::DeleteTree(r) => *r,
-            };
             st.durable.ticket = store.submit(WriteBatch {
-                root,
+                root: ops[0].root(),
                 version: st.durable.version,
                 ops,
             });

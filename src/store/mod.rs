@@ -82,7 +82,8 @@ pub struct StoredTask {
     pub parent: Option<TaskId>,
     /// Its index in the parent's `childTaskIds` (0 for the root).
     pub position: u32,
-    /// The version of the tree's batch that wrote this record last.
+    /// The version of the tree's batch that wrote this record last (set
+    /// by the store from [`WriteBatch::version`] when it writes the record).
     pub version: u64,
     /// Everything else, as written by [`crate::core::encode_state`].
     pub state: String,
@@ -135,6 +136,32 @@ pub enum WriteOp {
     PutTask(StoredTask),
     /// Deletes a whole tree.
     DeleteTree(TaskId),
+}
+
+impl WriteOp {
+    /// The write an effect of `forest` asks for: `Persist` writes the
+    /// record as it is now (nothing when it is gone: its tree was deleted
+    /// later in the same command), `TreeDeleted` deletes the tree; other
+    /// effects write nothing. (`PutTree` carries what only the caller
+    /// knows: who started the tree and how.)
+    pub fn for_effect(forest: &crate::core::Forest, effect: &crate::core::Effect) -> Option<WriteOp> {
+        match effect {
+            crate::core::Effect::Persist { id } => {
+                forest.task(*id).map(|r| WriteOp::PutTask(StoredTask::of(r)))
+            }
+            crate::core::Effect::TreeDeleted { root, .. } => Some(WriteOp::DeleteTree(*root)),
+            _ => None,
+        }
+    }
+
+    /// The tree this write belongs to.
+    pub fn root(&self) -> TaskId {
+        match self {
+            WriteOp::PutTree(m) => m.root,
+            WriteOp::PutTask(t) => t.root,
+            WriteOp::DeleteTree(r) => *r,
+        }
+    }
 }
 
 /// What one command changed in one tree: applied atomically.

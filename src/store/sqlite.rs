@@ -343,6 +343,8 @@ struct Writer {
     rows: IdMap<i64>,
     /// Root to (rowid, id) of each task of the tree.
     trees: IdMap<Vec<(i64, TaskId)>>,
+    /// Time spent in SQLite's COMMIT (write and fsync), for `SUBTASK_STORE_DEBUG`.
+    in_commit: std::time::Duration,
 }
 
 impl Writer {
@@ -351,6 +353,7 @@ impl Writer {
             conn,
             rows: IdMap::default(),
             trees: IdMap::default(),
+            in_commit: std::time::Duration::ZERO,
         };
         let e = sql(path);
         {
@@ -492,10 +495,7 @@ impl Writer {
         }
         let t_commit = std::time::Instant::now();
         tx.commit().map_err(&e)?;
-        COMMIT_NS.fetch_add(
-            t_commit.elapsed().as_nanos() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        self.in_commit += t_commit.elapsed();
         for root in deleted {
             for (_, id) in self.trees.remove(&root).unwrap_or_default() {
                 self.rows.remove(&id);
@@ -526,8 +526,6 @@ fn take(q: &mut Queue, group: &mut Vec<(u64, WriteBatch)>, max: usize) -> Option
     None
 }
 
-static COMMIT_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 fn writer_loop(mut w: Writer, shared: &Shared, max: usize, delay: std::time::Duration, path: &Path) {
     let mut group: Vec<(u64, WriteBatch)> = Vec::new();
     let mut failed = false;
@@ -545,9 +543,7 @@ fn writer_loop(mut w: Writer, shared: &Shared, max: usize, delay: std::time::Dur
                         "# store writer: {groups} group commits, {batches} batches ({:.1} per commit), {:.0} us per commit, {:.0} us in COMMIT",
                         batches as f64 / groups.max(1) as f64,
                         busy.as_secs_f64() * 1e6 / groups.max(1) as f64,
-                        COMMIT_NS.swap(0, std::sync::atomic::Ordering::Relaxed) as f64
-                            / 1e3
-                            / groups.max(1) as f64
+                        w.in_commit.as_secs_f64() * 1e6 / groups.max(1) as f64
                     );
                 }
                 return;
