@@ -92,26 +92,26 @@ struct Open {
     one_per_commit: bool,
     /// `Durability::Relaxed` (else `Full`).
     relaxed: bool,
-    /// `commit_delay` zero (else the default, which gathers writers that
-    /// arrive while a group forms).
-    no_delay: bool,
+    /// `max_batches_per_commit: 3` when not one per commit: a transaction
+    /// fills up while an fsync runs and must stop taking batches.
+    small_groups: bool,
 }
 
 impl Open {
     fn config(self, path: &Path) -> SqliteConfig {
-        let mut c = SqliteConfig {
+        SqliteConfig {
             durability: if self.relaxed {
                 Durability::Relaxed
             } else {
                 Durability::Full
             },
-            max_batches_per_commit: if self.one_per_commit { 1 } else { usize::MAX },
+            max_batches_per_commit: match (self.one_per_commit, self.small_groups) {
+                (true, _) => 1,
+                (false, true) => 3,
+                (false, false) => usize::MAX,
+            },
             ..SqliteConfig::new(path)
-        };
-        if self.no_delay {
-            c.commit_delay = std::time::Duration::ZERO;
         }
-        c
     }
 
     fn store(self, path: &Path) -> Result<SqliteStore, String> {
@@ -128,10 +128,10 @@ fn open_cfg() -> impl Strategy<Value = Open> {
         prop::bool::weighted(0.6),
         any::<bool>(),
     )
-        .prop_map(|(one_per_commit, relaxed, no_delay)| Open {
+        .prop_map(|(one_per_commit, relaxed, small_groups)| Open {
             one_per_commit,
             relaxed,
-            no_delay,
+            small_groups,
         })
 }
 

@@ -23,7 +23,9 @@ pub const STATE_FORMAT: u32 = 1;
 struct StateRef<'a> {
     v: u32,
     created_at: u64,
-    last_updated_at: u64,
+    /// Absent when equal to `created_at`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_updated_at: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ttl_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -44,7 +46,8 @@ struct StateRef<'a> {
 struct StateOwned {
     v: u32,
     created_at: u64,
-    last_updated_at: u64,
+    #[serde(default)]
+    last_updated_at: Option<u64>,
     #[serde(default)]
     ttl_ms: Option<u64>,
     #[serde(default)]
@@ -65,7 +68,7 @@ pub fn encode_state(rec: &TaskRecord) -> String {
     let state = StateRef {
         v: STATE_FORMAT,
         created_at: rec.created_at.as_millis(),
-        last_updated_at: rec.last_updated_at.as_millis(),
+        last_updated_at: Some(rec.last_updated_at.as_millis()).filter(|&t| t != rec.created_at.as_millis()),
         ttl_ms: rec.ttl_ms,
         poll_interval_ms: rec.poll_interval_ms,
         message: rec.message.as_deref(),
@@ -106,7 +109,7 @@ pub fn decode_state(
         children: Vec::new(),
         live_children: 0,
         created_at: Timestamp::from_millis(s.created_at),
-        last_updated_at: Timestamp::from_millis(s.last_updated_at),
+        last_updated_at: Timestamp::from_millis(s.last_updated_at.unwrap_or(s.created_at)),
         ttl_ms: s.ttl_ms,
         poll_interval_ms: s.poll_interval_ms,
         message: s.message,

@@ -58,6 +58,16 @@ pub enum PauseState {
     },
 }
 
+impl PauseState {
+    fn unpaused() -> PauseState {
+        PauseState::Unpaused
+    }
+
+    fn is_unpaused(&self) -> bool {
+        matches!(self, PauseState::Unpaused)
+    }
+}
+
 /// A decided ending that waits only for the handler to stop and the children
 /// to become terminal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -82,14 +92,24 @@ pub enum Ending {
 pub struct Active {
     /// The handler's state.
     pub handler: HandlerState,
-    /// Pause sub-state.
+    /// Pause sub-state. (Stored only when paused or pausing.)
+    #[serde(
+        default = "PauseState::unpaused",
+        skip_serializing_if = "PauseState::is_unpaused"
+    )]
     pub pause: PauseState,
     /// A decided ending (cancel or failure), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ending: Option<Ending>,
     /// How many runtime-controlled waits (awaiting a subtask) the running
     /// handler is parked in. While non-zero the handler counts as parked:
     /// a pause takes effect at once.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub waits: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The outcome of a terminal task. Terminal is absorbing.

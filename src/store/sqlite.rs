@@ -19,7 +19,7 @@
 //! `PRAGMA user_version` holds the schema version and `application_id`
 //! marks the file as subtask's; a newer schema or a foreign file is refused.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -58,9 +58,6 @@ const MIGRATIONS: &[&str] = &["
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-/// The default [`SqliteConfig::commit_delay`], in microseconds.
-pub const DEFAULT_COMMIT_DELAY_US: u64 = 50;
-
 /// How to open a [`SqliteStore`].
 #[derive(Debug, Clone)]
 pub struct SqliteConfig {
@@ -72,10 +69,6 @@ pub struct SqliteConfig {
     /// transaction (and fsync) per batch: the baseline group commit is
     /// measured against.
     pub max_batches_per_commit: usize,
-    /// When a commit starts with several writers waiting, wait this long
-    /// for more to join it before writing (fewer, larger fsyncs under load;
-    /// a lone writer never waits). Zero disables it.
-    pub commit_delay: std::time::Duration,
 }
 
 impl SqliteConfig {
@@ -85,7 +78,6 @@ impl SqliteConfig {
             path: path.into(),
             durability: Durability::Full,
             max_batches_per_commit: usize::MAX,
-            commit_delay: std::time::Duration::from_micros(DEFAULT_COMMIT_DELAY_US),
         }
     }
 }
@@ -209,11 +201,10 @@ impl SqliteStore {
         let writer = {
             let shared = shared.clone();
             let max = config.max_batches_per_commit.max(1);
-            let delay = config.commit_delay;
             let path = path.clone();
             std::thread::Builder::new()
                 .name("subtask-store".into())
-                .spawn(move || writer_loop(writer, &shared, max, delay, &path))
+                .spawn(move || writer_loop(writer, &shared, max, &path))
                 .map_err(io)?
         };
         let describe = format!(
@@ -375,23 +366,11 @@ impl Writer {
         Ok(w)
     }
 
-    /// One transaction for the whole group. A task written by several
-    /// batches of the group is written once, with its last state.
-    fn commit(&mut self, group: &[(u64, WriteBatch)], path: &Path) -> Result<(), StoreError> {
+    /// One transaction for the whole group (a task written by several
+    /// batches is inserted once, then updated). Returns what the writer's
+    /// maps must learn once the transaction is durable ([`Writer::fold`]).
+    fn commit(&mut self, group: &[(u64, WriteBatch)], path: &Path) -> Result<Folded, StoreError> {
         let e = sql(path);
-        let mut skip: HashSet<(usize, usize)> = HashSet::new();
-        if group.len() > 1 || group.first().is_some_and(|g| g.1.ops.len() > 2) {
-            let mut seen: IdMap<()> = IdMap::default();
-            for (bi, (_, batch)) in group.iter().enumerate().rev() {
-                for (oi, op) in batch.ops.iter().enumerate().rev() {
-                    if let WriteOp::PutTask(t) = op
-                        && seen.insert(t.id, ()).is_some()
-                    {
-                        skip.insert((bi, oi));
-                    }
-                }
-            }
-        }
         // The maps change only once the transaction commits.
         let mut new_rows: Vec<(TaskId, TaskId, i64)> = Vec::new();
         let mut fresh: IdMap<i64> = IdMap::default();
@@ -417,8 +396,8 @@ impl Writer {
             let mut delete = tx
                 .prepare_cached("DELETE FROM tasks WHERE seq = ?1")
                 .map_err(&e)?;
-            for (bi, (_, batch)) in group.iter().enumerate() {
-                for (oi, op) in batch.ops.iter().enumerate() {
+            for (_, batch) in group {
+                for op in &batch.ops {
                     match op {
                         WriteOp::PutTree(meta) => {
                             let row = fresh.get(&meta.root).or_else(|| self.rows.get(&meta.root));
@@ -440,39 +419,34 @@ impl Writer {
                                 }
                             }
                         }
-                        WriteOp::PutTask(t) => {
-                            if skip.contains(&(bi, oi)) {
-                                continue;
+                        WriteOp::PutTask(t) => match fresh.get(&t.id).or_else(|| self.rows.get(&t.id)) {
+                            Some(&rowid) => {
+                                update
+                                    .execute(params![rowid, batch.version as i64, t.state])
+                                    .map_err(&e)?;
                             }
-                            match fresh.get(&t.id).or_else(|| self.rows.get(&t.id)) {
-                                Some(&rowid) => {
-                                    update
-                                        .execute(params![rowid, batch.version as i64, t.state])
-                                        .map_err(&e)?;
-                                }
-                                None => {
-                                    let parent = t.parent.map(id_blob);
-                                    let meta = metas.remove(&t.id);
-                                    let launch = meta.and_then(|m| m.launch.as_ref()).map(|l| l.to_string());
-                                    insert
-                                        .execute(params![
-                                            &id_blob(t.id)[..],
-                                            &id_blob(t.root)[..],
-                                            parent.as_ref().map(|p| &p[..]),
-                                            t.position,
-                                            batch.version as i64,
-                                            t.state,
-                                            meta.and_then(|m| m.owner.as_deref()),
-                                            meta.map(|m| m.resumable),
-                                            launch,
-                                        ])
-                                        .map_err(&e)?;
-                                    let rowid = tx.last_insert_rowid();
-                                    fresh.insert(t.id, rowid);
-                                    new_rows.push((t.id, t.root, rowid));
-                                }
+                            None => {
+                                let parent = t.parent.map(id_blob);
+                                let meta = metas.remove(&t.id);
+                                let launch = meta.and_then(|m| m.launch.as_ref()).map(|l| l.to_string());
+                                insert
+                                    .execute(params![
+                                        &id_blob(t.id)[..],
+                                        &id_blob(t.root)[..],
+                                        parent.as_ref().map(|p| &p[..]),
+                                        t.position,
+                                        batch.version as i64,
+                                        t.state,
+                                        meta.and_then(|m| m.owner.as_deref()),
+                                        meta.map(|m| m.resumable),
+                                        launch,
+                                    ])
+                                    .map_err(&e)?;
+                                let rowid = tx.last_insert_rowid();
+                                fresh.insert(t.id, rowid);
+                                new_rows.push((t.id, t.root, rowid));
                             }
-                        }
+                        },
                         WriteOp::DeleteTree(root) => {
                             let mut rowids: Vec<i64> = self
                                 .trees
@@ -496,17 +470,27 @@ impl Writer {
         let t_commit = std::time::Instant::now();
         tx.commit().map_err(&e)?;
         self.in_commit += t_commit.elapsed();
-        for root in deleted {
+        Ok(Folded { deleted, new_rows })
+    }
+
+    /// Brings the maps up to a committed transaction.
+    fn fold(&mut self, f: Folded) {
+        for root in f.deleted {
             for (_, id) in self.trees.remove(&root).unwrap_or_default() {
                 self.rows.remove(&id);
             }
         }
-        for (id, root, rowid) in new_rows {
+        for (id, root, rowid) in f.new_rows {
             self.rows.insert(id, rowid);
             self.trees.entry(root).or_default().push((rowid, id));
         }
-        Ok(())
     }
+}
+
+/// Rows a committed transaction deleted and inserted: (id, root, rowid).
+struct Folded {
+    deleted: Vec<TaskId>,
+    new_rows: Vec<(TaskId, TaskId, i64)>,
 }
 
 /// Moves queued writes into `group` (at most `max`), or takes the read job
@@ -526,7 +510,7 @@ fn take(q: &mut Queue, group: &mut Vec<(u64, WriteBatch)>, max: usize) -> Option
     None
 }
 
-fn writer_loop(mut w: Writer, shared: &Shared, max: usize, delay: std::time::Duration, path: &Path) {
+fn writer_loop(mut w: Writer, shared: &Shared, max: usize, path: &Path) {
     let mut group: Vec<(u64, WriteBatch)> = Vec::new();
     let mut failed = false;
     let debug = std::env::var_os("SUBTASK_STORE_DEBUG").is_some();
@@ -550,25 +534,6 @@ fn writer_loop(mut w: Writer, shared: &Shared, max: usize, delay: std::time::Dur
             }
             take(&mut q, &mut group, max)
         };
-        // Several writers at once: give the others a moment to join this
-        // commit (like PostgreSQL's commit_delay). A lone writer pays nothing.
-        // Keep gathering while writers keep arriving, up to 8 delays.
-        if read.is_none() && group.len() > 1 && !delay.is_zero() {
-            for _ in 0..8 {
-                if group.len() >= max {
-                    break;
-                }
-                std::thread::sleep(delay);
-                let before = group.len();
-                let mut q = shared.queue.lock();
-                if !matches!(q.pending.front(), Some(Job::Read(_))) {
-                    take(&mut q, &mut group, max);
-                }
-                if group.len() == before {
-                    break;
-                }
-            }
-        }
         if let Some(read) = read {
             read(&mut w);
             continue;
@@ -586,7 +551,11 @@ fn writer_loop(mut w: Writer, shared: &Shared, max: usize, delay: std::time::Dur
         batches += group.len() as u64;
         busy += t0.elapsed();
         match r {
-            Ok(()) => shared.mark.advance(Ticket(last)),
+            Ok(folded) => {
+                // Release the writers first; the writer's own maps can wait.
+                shared.mark.advance(Ticket(last));
+                w.fold(folded);
+            }
             Err(e) => {
                 tracing::error!(error = %e, "a store commit failed; no further writes are accepted");
                 failed = true;
