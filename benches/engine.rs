@@ -10,6 +10,9 @@
 //! Memory (`bytes_per_task`) is measured in a child process (this binary
 //! re-executed with `SUBTASK_BENCH_CHILD` set), so freed memory of other
 //! measurements cannot hide or inflate growth.
+//!
+//! `SUBTASK_BENCH_ONLY=cancel` runs only the `cancel_subtree_100k` figure
+//! (for quick before/after comparisons of the cancel path).
 
 use std::future::Future;
 use std::hint::black_box;
@@ -29,6 +32,8 @@ const V: ClientView = ClientView::PAUSE_AWARE;
 /// that nothing expires or is deleted during the run.
 const TTL_MS: u64 = 300_000;
 const CHILD_ENV: &str = "SUBTASK_BENCH_CHILD";
+/// Runs only the named figure (`cancel`); unset runs them all.
+const ONLY_ENV: &str = "SUBTASK_BENCH_ONLY";
 
 // ----- helpers ---------------------------------------------------------------
 
@@ -648,6 +653,10 @@ fn main() {
     }
     let started = Instant::now();
     println!("# load average at start: {}", load_average());
+    if std::env::var(ONLY_ENV).as_deref() == Ok("cancel") {
+        cancel_figure();
+        return;
+    }
     println!(
         "# subtask runtime vs rmcp 3.9 TaskManager; tokio multi-thread, 2 workers each; roots with ttl {TTL_MS} ms \
          on both sides (rmcp's default), nothing expires during the run"
@@ -696,22 +705,7 @@ fn main() {
     println!("# get_1k_live: subtask={:.0} ns", g1k.ns);
     println!("get_flatness: {:.2}", g1m.ns / g1k.ns);
 
-    // cancel_subtree_100k
-    let runs: Vec<CancelResult> = (0..3).map(|_| cancel_subtree(100, 999, true)).collect();
-    let build = median(runs.iter().map(|r| r.build.as_secs_f64()).collect());
-    let call = median(runs.iter().map(|r| r.call.as_secs_f64() * 1e3).collect());
-    let total = median(runs.iter().map(|r| r.total.as_secs_f64() * 1e3).collect());
-    let queued = cancel_subtree(100, 999, false);
-    println!(
-        "# cancel_subtree_100k: root -> 100 children -> 999 grandchildren each (100,001 tasks), every handler \
-         live and parked on ctx.cancelled(); median of 3; build {build:.2} s; the cancel() call itself {call:.1} ms"
-    );
-    println!(
-        "# cancel_subtree_100k with leaves parked awaiting input (default per-tree limit 64; slots released): {:.1} ms (cancel() call {:.1} ms)",
-        queued.total.as_secs_f64() * 1e3,
-        queued.call.as_secs_f64() * 1e3
-    );
-    println!("cancel_subtree_100k: subtask={total:.1}");
+    cancel_figure();
 
     // bytes_per_task
     let (single, single_n) = memory("single", 200_000);
@@ -745,4 +739,24 @@ fn main() {
         started.elapsed().as_secs_f64(),
         load_average()
     );
+}
+
+/// The `cancel_subtree_100k` figure: the median of 3 live runs, plus one
+/// run with the leaves parked awaiting input.
+fn cancel_figure() {
+    let runs: Vec<CancelResult> = (0..3).map(|_| cancel_subtree(100, 999, true)).collect();
+    let build = median(runs.iter().map(|r| r.build.as_secs_f64()).collect());
+    let call = median(runs.iter().map(|r| r.call.as_secs_f64() * 1e3).collect());
+    let total = median(runs.iter().map(|r| r.total.as_secs_f64() * 1e3).collect());
+    let queued = cancel_subtree(100, 999, false);
+    println!(
+        "# cancel_subtree_100k: root -> 100 children -> 999 grandchildren each (100,001 tasks), every handler \
+         live and parked on ctx.cancelled(); median of 3; build {build:.2} s; the cancel() call itself {call:.1} ms"
+    );
+    println!(
+        "# cancel_subtree_100k with leaves parked awaiting input (default per-tree limit 64; slots released): {:.1} ms (cancel() call {:.1} ms)",
+        queued.total.as_secs_f64() * 1e3,
+        queued.call.as_secs_f64() * 1e3
+    );
+    println!("cancel_subtree_100k: subtask={total:.1}");
 }
