@@ -12,7 +12,8 @@
 //! measurements cannot hide or inflate growth.
 //!
 //! `SUBTASK_BENCH_ONLY=cancel` runs only the `cancel_subtree_100k` figure
-//! (for quick before/after comparisons of the cancel path).
+//! (for quick before/after comparisons of the cancel path);
+//! `SUBTASK_BENCH_ONLY=get` only `get_1m_live` and `get_flatness`.
 
 use std::future::Future;
 use std::hint::black_box;
@@ -655,6 +656,14 @@ fn main() {
     println!("# load average at start: {}", load_average());
     if std::env::var(ONLY_ENV).as_deref() == Ok("cancel") {
         cancel_figure();
+        return;
+    }
+    if std::env::var(ONLY_ENV).as_deref() == Ok("get") {
+        let g1k = subtask_get_live(1_000, 1000, 300);
+        let g1m = subtask_get_live(1_000_000, 1000, 300);
+        println!("get_1m_live: subtask={:.0}", g1m.ns);
+        println!("# get_1k_live: subtask={:.0} ns", g1k.ns);
+        println!("get_flatness: {:.2}", g1m.ns / g1k.ns);
         return;
     }
     println!(
