@@ -237,7 +237,7 @@ impl Written {
         };
         for e in effects {
             match e {
-                Effect::Created { id, parent } => {
+                Effect::Created { id, parent, .. } => {
                     self.ids.push(*id);
                     if parent.is_none() {
                         self.roots += 1;

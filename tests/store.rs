@@ -110,7 +110,7 @@ impl<'a> Writer<'a> {
         let effects: Vec<Effect> = self.forest.drain_effects().collect();
         for e in effects {
             let (root, op, first) = match e {
-                Effect::Created { id, parent: None } => (
+                Effect::Created { id, parent: None, .. } => (
                     id,
                     WriteOp::PutTree(TreeMeta {
                         root: id,

@@ -721,6 +721,26 @@ impl Harness {
         if let Some(hook) = &mut self.on_effects {
             hook(&self.forest, &effects);
         }
+        // Every effect's slot names its task (or the task is gone).
+        for e in &effects {
+            let named = match e {
+                Effect::Created { id, slot, .. }
+                | Effect::Changed { id, slot, .. }
+                | Effect::SteerQueued { id, slot }
+                | Effect::InputAnswered { id, slot, .. }
+                | Effect::WakeHandler { id, slot }
+                | Effect::CancelHandler { id, slot }
+                | Effect::Persist { id, slot } => Some((*id, *slot)),
+                _ => None,
+            };
+            if let Some((id, slot)) = named {
+                let ok = match self.forest.task_at(slot) {
+                    Some(r) => r.id() == id,
+                    None => self.forest.task(id).is_none(),
+                };
+                ensure!(ok, "{e:?}: its slot names another task");
+            }
+        }
 
         match (&core, &expected) {
             (Ok(a), Ok(b)) if a == b => {}
@@ -1009,7 +1029,7 @@ impl Harness {
         for (pos, e) in effects.iter().enumerate() {
             let known = |id: TaskId| idx(id).ok_or_else(|| format!("effect {e:?} names an unknown task"));
             match e {
-                Effect::Created { id, parent } => {
+                Effect::Created { id, parent, .. } => {
                     let i = known(*id)?;
                     ensure!(
                         *parent == m.tasks[i].parent.map(|p| m.tasks[p].id),
@@ -1017,25 +1037,27 @@ impl Harness {
                     );
                     created.push(i);
                 }
-                Effect::Changed { id, from, to } => {
+                Effect::Changed { id, from, to, .. } => {
                     let i = known(*id)?;
                     ensure!(
                         changed.insert(i, (*from, *to, pos)).is_none(),
                         "two Changed effects for t{i}"
                     );
                 }
-                Effect::SteerQueued { id } => steer_queued.push(known(*id)?),
-                Effect::InputAnswered { id, key, response } => {
+                Effect::SteerQueued { id, .. } => steer_queued.push(known(*id)?),
+                Effect::InputAnswered {
+                    id, key, response, ..
+                } => {
                     ensure!(Some(*id) == op.target(), "{e:?} for another task");
                     answered.push((key.clone(), response.clone()));
                 }
-                Effect::WakeHandler { id } => {
+                Effect::WakeHandler { id, .. } => {
                     ensure!(woken.insert(known(*id)?), "two WakeHandler for one task");
                 }
-                Effect::CancelHandler { id } => {
+                Effect::CancelHandler { id, .. } => {
                     ensure!(cancel.insert(known(*id)?), "two CancelHandler for one task");
                 }
-                Effect::Persist { id } => {
+                Effect::Persist { id, .. } => {
                     persisted.insert(known(*id)?);
                 }
                 Effect::TreeDeleted { root, ids } => {

@@ -717,10 +717,9 @@ impl Model {
     }
 
     /// `handle_timeout`: every expired live task fails with its live
-    /// descendants (one timer after the other, by deadline, then by id: the
-    /// doc does not order equal deadlines; the model follows the core's
-    /// task-id order, reported as a bug since it makes outcomes depend on
-    /// random ids, see `regressions::simultaneous_expiry_fails_the_parent_as_expired`), then
+    /// descendants (one timer after the other, by deadline, ancestors first,
+    /// then in creation order, as docs/lifecycle.md decides; see
+    /// `regressions::simultaneous_expiry_fails_the_parent_as_expired`), then
     /// every terminal tree whose root's TTL plus grace elapsed is deleted.
     pub fn handle_timeout(&mut self, now: u64) -> R {
         // Equal deadlines fire ancestors first (docs/lifecycle.md, Decisions).
@@ -732,16 +731,12 @@ impl Model {
             }
             d
         };
-        let mut due: Vec<(u64, u32, TaskId, usize)> = (0..self.tasks.len())
+        let mut due: Vec<(u64, u32, usize)> = (0..self.tasks.len())
             .filter(|&i| self.is_live(i))
-            .filter_map(|i| {
-                self.expiry(i)
-                    .filter(|&e| e <= now)
-                    .map(|e| (e, depth(i), self.tasks[i].id, i))
-            })
+            .filter_map(|i| self.expiry(i).filter(|&e| e <= now).map(|e| (e, depth(i), i)))
             .collect();
         due.sort();
-        for (_, _, _, i) in due {
+        for (_, _, i) in due {
             if !self.is_live(i) || matches!(self.tasks[i].ending, Some(Ending::Failing(_))) {
                 continue;
             }

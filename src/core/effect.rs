@@ -1,5 +1,6 @@
 //! What the core asks its driver to do, drained with `Forest::poll_effect`.
 
+use super::table::Slot;
 use crate::model::{JsonObject, TaskId, TaskStatus, Timestamp};
 
 /// An effect of a command, in the order it happened.
@@ -13,6 +14,8 @@ pub enum Effect {
     Created {
         /// The new task.
         id: TaskId,
+        /// Its slot in the forest ([`Forest::task_at`](super::Forest::task_at)).
+        slot: Slot,
         /// Its parent, if a subtask.
         parent: Option<TaskId>,
     },
@@ -22,6 +25,8 @@ pub enum Effect {
     Changed {
         /// The task.
         id: TaskId,
+        /// Its slot in the forest ([`Forest::task_at`](super::Forest::task_at)).
+        slot: Slot,
         /// Wire status before the command.
         from: TaskStatus,
         /// Wire status after the command.
@@ -31,11 +36,15 @@ pub enum Effect {
     SteerQueued {
         /// The task.
         id: TaskId,
+        /// Its slot in the forest ([`Forest::task_at`](super::Forest::task_at)).
+        slot: Slot,
     },
     /// A client answered an outstanding input request: deliver it to the handler.
     InputAnswered {
         /// The task.
         id: TaskId,
+        /// Its slot in the forest ([`Forest::task_at`](super::Forest::task_at)).
+        slot: Slot,
         /// The request key.
         key: String,
         /// The client's response.
@@ -45,11 +54,15 @@ pub enum Effect {
     WakeHandler {
         /// The task.
         id: TaskId,
+        /// Its slot in the forest ([`Forest::task_at`](super::Forest::task_at)).
+        slot: Slot,
     },
     /// The handler should stop: a cancel was accepted or a failure decided.
     CancelHandler {
         /// The task.
         id: TaskId,
+        /// Its slot in the forest ([`Forest::task_at`](super::Forest::task_at)).
+        slot: Slot,
     },
     /// A timer was armed earlier than any other armed timer: call
     /// `Forest::handle_timeout` at `at`.
@@ -61,6 +74,8 @@ pub enum Effect {
     Persist {
         /// The task.
         id: TaskId,
+        /// Its slot in the forest ([`Forest::task_at`](super::Forest::task_at)).
+        slot: Slot,
     },
     /// A whole tree was deleted (after its TTL and grace, or on request).
     TreeDeleted {

@@ -17,7 +17,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use super::config::ForestConfig;
 use super::effect::Effect;
 use super::error::{Limit, TransitionError};
-use super::record::{Active, HandlerState, PauseState, Phase, TaskRecord, Terminal};
+use super::record::{Active, Child, HandlerState, PauseState, Phase, TaskRecord, Terminal};
+use super::table::{Slot, TaskTable};
 use crate::model::{DetailedTask, Task, TaskId, TaskPayload, TaskStatus, Timestamp};
 
 /// Hasher for [`TaskId`] keys. Ids are random, so mixing two words with a
@@ -47,10 +48,11 @@ pub type IdMap<V> = HashMap<TaskId, V, BuildHasherDefault<IdHasher>>;
 pub(crate) enum Timer {
     /// The task's TTL elapses: fail it if it is not terminal. Ordered by
     /// depth first, so at equal deadlines ancestors fire before descendants
-    /// (a parent's own expiry wins over a fail-fast child expiring with it).
-    Expire(u32, TaskId),
+    /// (a parent's own expiry wins over a fail-fast child expiring with it),
+    /// then in creation order.
+    Expire(u32, Slot),
     /// Delete the tree rooted here.
-    Delete(TaskId),
+    Delete(Slot),
 }
 
 /// How a client sees tasks: whether it declared SEP-2669's `pause`.
@@ -117,16 +119,23 @@ pub struct ChildOptions {
 #[derive(Debug, Clone)]
 pub struct Forest {
     pub(crate) config: ForestConfig,
-    /// Records are boxed so an almost empty map (a one-task tree) stays small.
-    pub(crate) tasks: IdMap<Box<TaskRecord>>,
+    /// Records in creation order, found by id through an index (none for
+    /// small trees).
+    pub(crate) tasks: TaskTable,
     /// Ordered deadlines, min first. Entries whose task no longer has that
     /// timer armed are stale and skipped (lazy deletion): re-arming is O(log n)
     /// and a one-task tree holds a four-slot vector, not a B-tree node.
     pub(crate) timers: BinaryHeap<Reverse<(Timestamp, Timer)>>,
+    /// How many entries of `timers` are stale (an upper bound). When they
+    /// are the majority, the heap is rebuilt without them in O(n) instead of
+    /// popping each one in O(log n) as it reaches the head: cancelling a
+    /// 100,000-task tree would otherwise pop 100,000 stale expiry entries in
+    /// its last settle.
+    pub(crate) stale_timers: usize,
     effects: VecDeque<Effect>,
     pub(crate) now: Timestamp,
     epoch: u64,
-    touched: Vec<(TaskId, TaskStatus)>,
+    touched: Vec<(Slot, TaskStatus)>,
 }
 
 impl Default for Forest {
@@ -140,8 +149,9 @@ impl Forest {
     pub fn new(config: ForestConfig) -> Self {
         Forest {
             config,
-            tasks: IdMap::default(),
+            tasks: TaskTable::default(),
             timers: BinaryHeap::new(),
+            stale_timers: 0,
             effects: VecDeque::new(),
             now: Timestamp::EPOCH,
             epoch: 0,
@@ -158,7 +168,18 @@ impl Forest {
 
     /// The task with this id, in O(1).
     pub fn task(&self, id: TaskId) -> Option<&TaskRecord> {
-        self.tasks.get(&id).map(|r| &**r)
+        self.tasks.get(&id)
+    }
+
+    /// The slot of the task with this id, in O(1).
+    pub fn slot_of(&self, id: TaskId) -> Option<Slot> {
+        self.tasks.slot_of(&id)
+    }
+
+    /// The task in `slot`, in O(1) without hashing (`None` once its tree
+    /// was deleted).
+    pub fn task_at(&self, slot: Slot) -> Option<&TaskRecord> {
+        self.tasks.at(slot)
     }
 
     /// Whether the task exists (is retrievable).
@@ -179,7 +200,7 @@ impl Forest {
     /// Every task id, in no particular order. For tests and recovery only:
     /// no hot path iterates the forest.
     pub fn ids(&self) -> impl Iterator<Item = TaskId> + '_ {
-        self.tasks.keys().copied()
+        self.tasks.values().map(|r| r.id)
     }
 
     /// The latest time the forest has seen.
@@ -216,17 +237,24 @@ impl Forest {
     /// Whether `(at, timer)` is still armed on its task.
     pub(crate) fn timer_is_live(&self, at: Timestamp, timer: Timer) -> bool {
         match timer {
-            Timer::Expire(_, id) => self.tasks.get(&id).is_some_and(|r| r.expiry_timer == Some(at)),
-            Timer::Delete(id) => self.tasks.get(&id).is_some_and(|r| r.delete_timer == Some(at)),
+            Timer::Expire(_, slot) => self.tasks.at(slot).is_some_and(|r| r.expiry_timer == Some(at)),
+            Timer::Delete(slot) => self.tasks.at(slot).is_some_and(|r| r.delete_timer == Some(at)),
         }
     }
 
     fn prune_stale_timers(&mut self) {
+        if self.stale_timers > 64 && self.stale_timers * 2 > self.timers.len() {
+            let mut timers = std::mem::take(&mut self.timers);
+            timers.retain(|&Reverse((at, timer))| self.timer_is_live(at, timer));
+            self.timers = timers;
+            self.stale_timers = 0;
+        }
         while let Some(&Reverse((at, timer))) = self.timers.peek() {
             if self.timer_is_live(at, timer) {
                 break;
             }
             self.timers.pop();
+            self.stale_timers = self.stale_timers.saturating_sub(1);
         }
         if self.timers.is_empty() && self.timers.capacity() > 0 {
             self.timers = BinaryHeap::new();
@@ -262,8 +290,8 @@ impl Forest {
             last_updated_at: rec.last_updated_at,
             ttl_ms: rec.ttl_ms,
             poll_interval_ms: rec.poll_interval_ms,
-            parent_task_id: rec.parent,
-            child_task_ids: rec.children.clone(),
+            parent_task_id: rec.parent(),
+            child_task_ids: rec.child_ids(),
         };
         Some(DetailedTask::new(task, payload))
     }
@@ -271,41 +299,53 @@ impl Forest {
     /// Every task of the tree in result order (I12): post-order by
     /// `childTaskIds`, each child's subtree in order, then the parent.
     pub fn result_order(&self, root: TaskId) -> Vec<TaskId> {
-        self.post_order(root, |_| true)
+        let Some(slot) = self.tasks.slot_of(&root) else {
+            return Vec::new();
+        };
+        self.post_order(slot, |_| true)
+            .into_iter()
+            .map(|s| self.tasks[s].id)
+            .collect()
     }
 
-    /// Non-terminal tasks of the subtree of `id` (including `id`), children
+    /// Non-terminal tasks of the subtree of `slot` (including it), children
     /// before parents. Terminal subtrees are skipped whole: by I4 they hold
     /// no live task.
-    pub(crate) fn live_subtree_post_order(&self, id: TaskId) -> Vec<TaskId> {
-        self.post_order(id, |rec| !rec.is_terminal())
+    pub(crate) fn live_subtree_post_order(&self, slot: Slot) -> Vec<Slot> {
+        self.post_order(slot, |rec| !rec.is_terminal())
     }
 
     /// Post-order walk from `top` by `childTaskIds`, descending only into
     /// tasks that exist and satisfy `enter` (iterative: depth is bounded by
-    /// the configured limit, but the stack is the heap's).
-    fn post_order(&self, top: TaskId, enter: impl Fn(&TaskRecord) -> bool) -> Vec<TaskId> {
+    /// the configured limit, but the stack is the heap's). Follows slots:
+    /// no id is hashed.
+    pub(crate) fn post_order(&self, top: Slot, enter: impl Fn(&TaskRecord) -> bool) -> Vec<Slot> {
         let mut out = Vec::new();
-        let mut stack: Vec<(TaskId, usize)> = vec![(top, 0)];
-        while let Some((id, i)) = stack.last().copied() {
-            let Some(rec) = self.tasks.get(&id).filter(|r| enter(r)) else {
+        let mut stack: Vec<(Slot, usize)> = vec![(top, 0)];
+        while let Some((slot, i)) = stack.last().copied() {
+            let Some(rec) = self.tasks.at(slot).filter(|r| enter(r)) else {
                 stack.pop();
                 continue;
             };
-            if let Some(&child) = rec.children.get(i) {
+            if let Some(child) = rec.children.get(i) {
                 if let Some(t) = stack.last_mut() {
                     t.1 += 1;
                 }
-                stack.push((child, 0));
+                stack.push((child.slot, 0));
             } else {
                 stack.pop();
-                out.push(id);
+                out.push(slot);
             }
         }
         out
     }
 
     // ----- command plumbing ---------------------------------------------
+
+    /// The number of commands run so far: the stamp of the latest one.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
 
     /// Starts a command at `now` (time never goes backwards inside the core).
     pub(crate) fn begin(&mut self, now: Timestamp) {
@@ -320,28 +360,33 @@ impl Forest {
     /// `Persist` once for every task the command modified.
     pub(crate) fn end(&mut self) {
         let now = self.now;
-        let touched = std::mem::take(&mut self.touched);
+        let mut touched = std::mem::take(&mut self.touched);
         // Terminal tasks are reported deepest first, so a task's terminal
         // `Changed` always follows its children's (I6).
-        let mut terminal: Vec<(u32, TaskId, TaskStatus, TaskStatus)> = Vec::new();
-        for (id, from) in touched {
-            let Some(rec) = self.tasks.get_mut(&id) else {
+        let mut terminal: Vec<(u32, Slot, TaskId, TaskStatus, TaskStatus)> = Vec::new();
+        self.effects.reserve(2 * touched.len());
+        for &(slot, from) in &touched {
+            let Some(rec) = self.tasks.at_mut(slot) else {
                 continue;
             };
             rec.last_updated_at = now;
             let to = rec.status();
+            let id = rec.id;
             if to.is_terminal() {
-                terminal.push((rec.depth, id, from, to));
+                terminal.push((rec.depth, slot, id, from, to));
                 continue;
             }
-            self.effects.push_back(Effect::Changed { id, from, to });
-            self.effects.push_back(Effect::Persist { id });
+            self.effects.push_back(Effect::Changed { id, slot, from, to });
+            self.effects.push_back(Effect::Persist { id, slot });
         }
         terminal.sort_by_key(|t| std::cmp::Reverse(t.0));
-        for (_, id, from, to) in terminal {
-            self.effects.push_back(Effect::Changed { id, from, to });
-            self.effects.push_back(Effect::Persist { id });
+        for (_, slot, id, from, to) in terminal {
+            self.effects.push_back(Effect::Changed { id, slot, from, to });
+            self.effects.push_back(Effect::Persist { id, slot });
         }
+        // Keep the buffer for the next command.
+        touched.clear();
+        self.touched = touched;
         self.prune_stale_timers();
     }
 
@@ -351,14 +396,23 @@ impl Forest {
     ///
     /// If the task does not exist: callers validate first.
     pub(crate) fn rec_mut(&mut self, id: TaskId) -> &mut TaskRecord {
+        let slot = self
+            .tasks
+            .slot_of(&id)
+            .expect("command validated that the task exists");
+        self.rec_mut_at(slot)
+    }
+
+    /// [`Forest::rec_mut`] by slot.
+    pub(crate) fn rec_mut_at(&mut self, slot: Slot) -> &mut TaskRecord {
         let epoch = self.epoch;
         let rec = self
             .tasks
-            .get_mut(&id)
+            .at_mut(slot)
             .expect("command validated that the task exists");
         if rec.touch_epoch != epoch {
             rec.touch_epoch = epoch;
-            self.touched.push((id, rec.status()));
+            self.touched.push((slot, rec.status()));
         }
         rec
     }
@@ -368,10 +422,11 @@ impl Forest {
     }
 
     pub(crate) fn get(&self, id: TaskId) -> Result<&TaskRecord, TransitionError> {
-        self.tasks
-            .get(&id)
-            .map(|r| &**r)
-            .ok_or(TransitionError::UnknownTask(id))
+        self.tasks.get(&id).ok_or(TransitionError::UnknownTask(id))
+    }
+
+    pub(crate) fn slot(&self, id: TaskId) -> Result<Slot, TransitionError> {
+        self.tasks.slot_of(&id).ok_or(TransitionError::UnknownTask(id))
     }
 
     pub(crate) fn get_active(&self, id: TaskId) -> Result<(&TaskRecord, &Active), TransitionError> {
@@ -395,16 +450,16 @@ impl Forest {
         }
     }
 
-    /// Re-arms the expiry timer of `id` to match its TTL (none once terminal).
-    pub(crate) fn sync_expiry_timer(&mut self, id: TaskId) {
-        let Some(rec) = self.tasks.get(&id) else { return };
+    /// Re-arms the expiry timer of the task in `slot` to match its TTL (none once terminal).
+    pub(crate) fn sync_expiry_timer(&mut self, slot: Slot) {
+        let Some(rec) = self.tasks.at(slot) else { return };
         let want = if rec.is_terminal() { None } else { rec.expires_at() };
-        self.rearm(Timer::Expire(rec.depth, id), want);
+        self.rearm(Timer::Expire(rec.depth, slot), want);
     }
 
     /// Re-arms the deletion timer of a root: `expiry + grace`, once the tree is terminal.
-    pub(crate) fn sync_delete_timer(&mut self, root: TaskId) {
-        let Some(rec) = self.tasks.get(&root) else { return };
+    pub(crate) fn sync_delete_timer(&mut self, root: Slot) {
+        let Some(rec) = self.tasks.at(root) else { return };
         let want = match (rec.is_terminal(), rec.expires_at()) {
             (true, Some(exp)) => Some(exp.saturating_add(self.config.deletion_grace_ms).max(self.now)),
             _ => None,
@@ -415,8 +470,8 @@ impl Forest {
     /// Records `want` as the task's armed deadline for `timer` and pushes a
     /// heap entry when it changed; the old entry becomes stale (lazy deletion).
     fn rearm(&mut self, timer: Timer, want: Option<Timestamp>) {
-        let (Timer::Expire(_, id) | Timer::Delete(id)) = timer;
-        let Some(rec) = self.tasks.get_mut(&id) else {
+        let (Timer::Expire(_, slot) | Timer::Delete(slot)) = timer;
+        let Some(rec) = self.tasks.at_mut(slot) else {
             return;
         };
         let field = match timer {
@@ -426,7 +481,10 @@ impl Forest {
         if *field == want {
             return;
         }
-        *field = want;
+        if std::mem::replace(field, want).is_some() {
+            // The old entry stays in the heap, stale.
+            self.stale_timers += 1;
+        }
         if let Some(at) = want {
             self.arm(at, timer);
         }
@@ -434,9 +492,11 @@ impl Forest {
 
     // ----- creation ------------------------------------------------------
 
+    #[allow(clippy::too_many_arguments)]
     fn new_record(
         id: TaskId,
-        parent: Option<&TaskRecord>,
+        slot: Slot,
+        parent: Option<(&TaskRecord, Slot)>,
         now: Timestamp,
         ttl_ms: Option<u64>,
         poll_interval_ms: Option<u64>,
@@ -445,10 +505,11 @@ impl Forest {
     ) -> TaskRecord {
         TaskRecord {
             id,
-            parent: parent.map(|p| p.id),
-            root: parent.map_or(id, |p| p.root),
-            depth: parent.map_or(0, |p| p.depth + 1),
-            position: parent.map_or(0, |p| p.children.len() as u32),
+            parent_id: parent.map_or(id, |p| p.0.id),
+            parent_slot: parent.map_or(slot, |p| p.1),
+            root: parent.map_or(id, |p| p.0.root),
+            depth: parent.map_or(0, |p| p.0.depth + 1),
+            position: parent.map_or(0, |p| p.0.children.len() as u32),
             children: Vec::new(),
             live_children: 0,
             created_at: now,
@@ -480,8 +541,10 @@ impl Forest {
     pub fn create_root(&mut self, now: Timestamp, opts: RootOptions) -> Result<TaskId, TransitionError> {
         self.begin(now);
         let id = self.fresh_id();
+        let slot = self.tasks.next_slot();
         let rec = Self::new_record(
             id,
+            slot,
             None,
             self.now,
             opts.ttl_ms,
@@ -489,10 +552,14 @@ impl Forest {
             false,
             PauseState::Unpaused,
         );
-        self.tasks.insert(id, Box::new(rec));
-        self.emit(Effect::Created { id, parent: None });
-        self.rec_mut(id);
-        self.sync_expiry_timer(id);
+        self.tasks.insert(rec);
+        self.emit(Effect::Created {
+            id,
+            slot,
+            parent: None,
+        });
+        self.rec_mut_at(slot);
+        self.sync_expiry_timer(slot);
         self.end();
         Ok(id)
     }
@@ -542,7 +609,8 @@ impl Forest {
         }
         self.begin(now);
         let now = self.now;
-        let prec = &self.tasks[&parent];
+        let pslot = self.slot(parent)?;
+        let prec = &self.tasks[pslot];
         let pause = match prec.active().map(|a| &a.pause) {
             Some(PauseState::Pending { via } | PauseState::Paused { via, .. }) => PauseState::Paused {
                 via: *via,
@@ -560,17 +628,28 @@ impl Forest {
         let ttl_ms = expires.map(|e| e.millis_since(now));
         let poll = opts.poll_interval_ms.or(prec.poll_interval_ms);
         let id = self.fresh_id();
-        let rec = Self::new_record(id, Some(prec), now, ttl_ms, poll, opts.fail_fast, pause);
-        self.tasks.insert(id, Box::new(rec));
-        let p = self.rec_mut(parent);
-        p.children.push(id);
+        let slot = self.tasks.next_slot();
+        let rec = Self::new_record(
+            id,
+            slot,
+            Some((prec, pslot)),
+            now,
+            ttl_ms,
+            poll,
+            opts.fail_fast,
+            pause,
+        );
+        self.tasks.insert(rec);
+        let p = self.rec_mut_at(pslot);
+        p.children.push(Child { id, slot });
         p.live_children += 1;
         self.emit(Effect::Created {
             id,
+            slot,
             parent: Some(parent),
         });
-        self.rec_mut(id);
-        self.sync_expiry_timer(id);
+        self.rec_mut_at(slot);
+        self.sync_expiry_timer(slot);
         self.end();
         Ok(id)
     }

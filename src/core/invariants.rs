@@ -45,22 +45,26 @@ impl Forest {
                 detail,
             })
         };
-        for (&id, rec) in &self.tasks {
-            if rec.id != id {
+        for (slot, rec) in self.tasks.iter() {
+            let id = rec.id;
+            if self.tasks.slot_of(&id) != Some(slot) {
                 return fail(
                     "index",
                     id,
-                    format!("record is stored under another id {}", rec.id),
+                    format!("the index does not find it in its slot {slot:?}"),
                 );
             }
             // I1 / I3: the parent resolves, is not the task, and lists it.
-            match rec.parent {
+            match rec.parent() {
                 Some(p) if p == id => return fail("I1", id, "task is its own parent".into()),
                 Some(p) => {
                     let Some(prec) = self.tasks.get(&p) else {
                         return fail("I3", id, format!("parent {p} does not resolve"));
                     };
-                    if !prec.children.contains(&id) {
+                    if self.tasks.slot_of(&p) != Some(rec.parent_slot) {
+                        return fail("index", id, "parent slot does not name the parent".into());
+                    }
+                    if !prec.children.iter().any(|c| c.id == id && c.slot == slot) {
                         return fail("I3", id, format!("parent {p} does not list it as a child"));
                     }
                     if rec.depth != prec.depth + 1 || rec.root != prec.root {
@@ -104,7 +108,11 @@ impl Forest {
             let mut seen = HashSet::new();
             let mut live = 0u32;
             let mut last_created = None;
-            for &c in &rec.children {
+            for child in &rec.children {
+                let c = child.id;
+                if self.tasks.slot_of(&c) != Some(child.slot) {
+                    return fail("index", id, format!("child {c} is listed with a wrong slot"));
+                }
                 if c == id {
                     return fail("I2", id, "task lists itself as a child".into());
                 }
@@ -114,7 +122,7 @@ impl Forest {
                 let Some(crec) = self.tasks.get(&c) else {
                     return fail("I3", id, format!("child {c} does not resolve"));
                 };
-                if crec.parent != Some(id) {
+                if crec.parent() != Some(id) {
                     return fail("I3", id, format!("child {c} names another parent"));
                 }
                 if last_created.is_some_and(|l| crec.created_at < l) {
@@ -136,14 +144,14 @@ impl Forest {
                 );
             }
             // I3: acyclic — walking up reaches a root within depth steps.
-            let mut cur = rec.parent;
+            let mut cur = rec.parent();
             let mut steps = 0;
             while let Some(p) = cur {
                 steps += 1;
                 if steps > rec.depth as usize || p == id {
                     return fail("I3", id, "parent chain has a cycle".into());
                 }
-                cur = self.tasks.get(&p).and_then(|r| r.parent);
+                cur = self.tasks.get(&p).and_then(|r| r.parent());
             }
             // I9: outstanding keys were issued.
             for k in rec.inputs().outstanding.keys() {
@@ -235,12 +243,12 @@ impl Forest {
                 && !self
                     .timers
                     .iter()
-                    .any(|e| e.0 == (at, Timer::Expire(rec.depth, id)))
+                    .any(|e| e.0 == (at, Timer::Expire(rec.depth, slot)))
             {
                 return fail("timers", id, "expiry timer not in the deadline structure".into());
             }
             if let Some(at) = rec.delete_timer
-                && !self.timers.iter().any(|e| e.0 == (at, Timer::Delete(id)))
+                && !self.timers.iter().any(|e| e.0 == (at, Timer::Delete(slot)))
             {
                 return fail(
                     "timers",
@@ -253,7 +261,8 @@ impl Forest {
         if let Some(&std::cmp::Reverse((at, timer))) = self.timers.peek()
             && !self.timer_is_live(at, timer)
         {
-            let (Timer::Expire(_, id) | Timer::Delete(id)) = timer;
+            let (Timer::Expire(_, slot) | Timer::Delete(slot)) = timer;
+            let id = self.tasks.at(slot).map_or(TaskId::from_u128(0), |r| r.id);
             return fail(
                 "timers",
                 id,
@@ -265,12 +274,12 @@ impl Forest {
 
     /// Whether `ancestor` is a proper ancestor of `id` (O(depth)).
     pub fn is_ancestor(&self, ancestor: TaskId, id: TaskId) -> bool {
-        let mut cur = self.tasks.get(&id).and_then(|r| r.parent);
+        let mut cur = self.tasks.get(&id).and_then(|r| r.parent());
         while let Some(p) = cur {
             if p == ancestor {
                 return true;
             }
-            cur = self.tasks.get(&p).and_then(|r| r.parent);
+            cur = self.tasks.get(&p).and_then(|r| r.parent());
         }
         false
     }

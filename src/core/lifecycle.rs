@@ -5,10 +5,13 @@
 //! and settle leaves first: a task becomes terminal only when its handler
 //! has stopped and every child is terminal (I4, I6).
 
+use std::sync::Arc;
+
 use super::effect::Effect;
 use super::error::{Limit, TransitionError};
 use super::forest::{Forest, Timer};
 use super::record::{Ending, HandlerOutcome, HandlerState, PauseState, Phase, Terminal};
+use super::table::Slot;
 use crate::model::{ErrorCode, ErrorObject, InputResponses, JsonObject, TaskId, TaskStatus, Timestamp};
 
 /// What a handler should do at a safe point ([`Forest::reach_safe_point`]).
@@ -103,12 +106,30 @@ impl Forest {
         Ok(())
     }
 
-    fn require_running(&self, id: TaskId) -> Result<(), TransitionError> {
-        let (_, a) = self.get_active(id)?;
+    /// The slot of `id` if its handler is running.
+    fn require_running(&self, id: TaskId) -> Result<Slot, TransitionError> {
+        let slot = self.slot(id)?;
+        self.require_running_at(id, slot)
+    }
+
+    /// `slot` if it holds `id` and the task's handler is running.
+    fn require_running_at(&self, id: TaskId, slot: Slot) -> Result<Slot, TransitionError> {
+        let Some(rec) = self.tasks.at(slot).filter(|r| r.id == id) else {
+            return Err(TransitionError::UnknownTask(id));
+        };
+        let a = match &rec.phase {
+            Phase::Active(a) => a,
+            Phase::Terminal(t) => {
+                return Err(TransitionError::Terminal {
+                    id,
+                    status: t.status(),
+                });
+            }
+        };
         match a.handler {
             HandlerState::Queued => Err(TransitionError::NotStarted(id)),
             HandlerState::Exited(_) => Err(TransitionError::HandlerFinished(id)),
-            HandlerState::Running => Ok(()),
+            HandlerState::Running => Ok(slot),
         }
     }
 
@@ -324,7 +345,8 @@ impl Forest {
         }
         // Descendants follow, paused through the same task as this one, so
         // resuming that task resumes them too.
-        self.pause_descendants_via(id, via);
+        let slot = self.slot(id).expect("validated above");
+        self.pause_descendants_via(slot, via);
         self.end();
         Ok(())
     }
@@ -344,21 +366,56 @@ impl Forest {
         id: TaskId,
         outcome: HandlerOutcome,
     ) -> Result<(), TransitionError> {
-        self.require_running(id)?;
+        let slot = self.require_running(id)?;
         self.begin(now);
-        let rec = self.rec_mut(id);
+        self.finish_validated(slot, outcome);
+        self.end();
+        Ok(())
+    }
+
+    /// Several handlers finished, each named by its id and slot (which must
+    /// agree): [`Forest::finish`] for each, as one command (one `Changed`
+    /// per task however many of its children ended in the batch). Returns
+    /// each finish's result, in order; a rejected one changes nothing.
+    pub fn finish_all(
+        &mut self,
+        now: Timestamp,
+        exits: impl IntoIterator<Item = (TaskId, Slot, HandlerOutcome)>,
+    ) -> Vec<Result<(), TransitionError>> {
+        self.begin(now);
+        let results = exits
+            .into_iter()
+            .map(|(id, slot, outcome)| {
+                let slot = self.require_running_at(id, slot)?;
+                self.finish_validated(slot, outcome);
+                Ok(())
+            })
+            .collect();
+        self.end();
+        results
+    }
+
+    fn finish_validated(&mut self, slot: Slot, outcome: HandlerOutcome) {
+        let rec = self.rec_mut_at(slot);
+        let id = rec.id;
         // Outstanding requests are superseded: nobody waits for them any more.
         rec.clear_outstanding();
         // Undeliverable steers are dropped (I10: never delivered after the end).
         rec.steers.clear();
         let live_children = rec.live_children;
-        let error = match &outcome {
-            HandlerOutcome::Returned(_) => None,
-            HandlerOutcome::Errored(e) => Some(e.clone()),
-            HandlerOutcome::Aborted => Some(ErrorObject::new(ErrorCode::INTERNAL_ERROR, "handler aborted")),
-        };
         let mut fail_children = None;
         if let Some(a) = rec.active_mut() {
+            // A handler error with live children and no decided ending fails
+            // the task after cancelling them.
+            if a.ending.is_none() && live_children > 0 {
+                fail_children = match &outcome {
+                    HandlerOutcome::Returned(_) => None,
+                    HandlerOutcome::Errored(e) => Some(e.clone()),
+                    HandlerOutcome::Aborted => {
+                        Some(ErrorObject::new(ErrorCode::INTERNAL_ERROR, "handler aborted"))
+                    }
+                };
+            }
             a.handler = HandlerState::Exited(outcome);
             // A finished handler is parked for good: a pending pause takes effect.
             if let PauseState::Pending { via } = a.pause {
@@ -368,23 +425,22 @@ impl Forest {
                     reason: None,
                 };
             }
-            if let (None, Some(error)) = (&a.ending, error)
-                && live_children > 0
-            {
-                fail_children = Some(error);
-            }
         }
         if let Some(error) = fail_children {
             // Architecture: a parent whose handler fails cancels its children first.
-            let reason = format!("parent task {id} failed");
-            self.wind_down(id, Ending::Failing { error }, &|_| Ending::Cancelling {
-                reason: reason.clone(),
-            });
+            let reason: Arc<str> = format!("parent task {id} failed").into();
+            self.wind_down(
+                slot,
+                Ending::Failing {
+                    error: Arc::new(error),
+                },
+                &|| Ending::Cancelling {
+                    reason: reason.clone(),
+                },
+            );
         } else {
-            self.try_settle(id);
+            self.try_settle(slot);
         }
-        self.end();
-        Ok(())
     }
 
     // ----- client side ----------------------------------------------------
@@ -416,7 +472,13 @@ impl Forest {
             if book.outstanding.remove(&key).is_some() {
                 book.answered.insert(key.clone(), response.clone());
                 accepted.push(key.clone());
-                self.emit(Effect::InputAnswered { id, key, response });
+                let slot = self.slot(id).expect("validated above");
+                self.emit(Effect::InputAnswered {
+                    id,
+                    slot,
+                    key,
+                    response,
+                });
             }
         }
         self.end();
@@ -455,8 +517,9 @@ impl Forest {
             });
         }
         self.begin(now);
-        self.rec_mut(id).steers.push_back(message);
-        self.emit(Effect::SteerQueued { id });
+        let slot = self.slot(id)?;
+        self.rec_mut_at(slot).steers.push_back(message);
+        self.emit(Effect::SteerQueued { id, slot });
         self.end();
         Ok(())
     }
@@ -478,10 +541,11 @@ impl Forest {
         if a.ending.is_some() {
             return Ok(PauseOutcome::Unchanged);
         }
+        let slot = self.slot(id)?;
         self.begin(now);
-        self.pause_one(id, id);
-        self.pause_descendants(id);
-        let outcome = match self.tasks[&id].active().map(|a| &a.pause) {
+        self.pause_one(slot, id);
+        self.pause_descendants_via(slot, id);
+        let outcome = match self.tasks[slot].active().map(|a| &a.pause) {
             Some(PauseState::Paused { .. }) => PauseOutcome::Paused,
             _ => PauseOutcome::Pending,
         };
@@ -489,15 +553,15 @@ impl Forest {
         Ok(outcome)
     }
 
-    fn pause_one(&mut self, id: TaskId, via: TaskId) {
-        let rec = &self.tasks[&id];
+    fn pause_one(&mut self, slot: Slot, via: TaskId) {
+        let rec = &self.tasks[slot];
         let Some(a) = rec.active() else { return };
         if a.ending.is_some() || a.pause != PauseState::Unpaused {
             return;
         }
         let parked = a.handler != HandlerState::Running || rec.has_outstanding_inputs() || a.waits > 0;
         let prior = rec.unpaused_status();
-        if let Some(a) = self.rec_mut(id).active_mut() {
+        if let Some(a) = self.rec_mut_at(slot).active_mut() {
             a.pause = if parked {
                 PauseState::Paused {
                     via,
@@ -510,13 +574,9 @@ impl Forest {
         }
     }
 
-    fn pause_descendants(&mut self, id: TaskId) {
-        self.pause_descendants_via(id, id);
-    }
-
-    fn pause_descendants_via(&mut self, id: TaskId, via: TaskId) {
-        for t in self.live_subtree_post_order(id) {
-            if t != id {
+    fn pause_descendants_via(&mut self, slot: Slot, via: TaskId) {
+        for t in self.live_subtree_post_order(slot) {
+            if t != slot {
                 self.pause_one(t, via);
             }
         }
@@ -535,13 +595,14 @@ impl Forest {
         if status != TaskStatus::Paused {
             return Err(TransitionError::NotPaused { id, status });
         }
+        let slot = self.slot(id)?;
         self.begin(now);
-        self.unpause_one(id);
-        for t in self.live_subtree_post_order(id) {
-            if t == id {
+        self.unpause_one(slot);
+        for t in self.live_subtree_post_order(slot) {
+            if t == slot {
                 continue;
             }
-            let via = match self.tasks[&t].active().map(|a| &a.pause) {
+            let via = match self.tasks[t].active().map(|a| &a.pause) {
                 Some(PauseState::Pending { via } | PauseState::Paused { via, .. }) => *via,
                 _ => continue,
             };
@@ -553,14 +614,16 @@ impl Forest {
         Ok(())
     }
 
-    fn unpause_one(&mut self, id: TaskId) {
+    fn unpause_one(&mut self, slot: Slot) {
         let mut woke = false;
-        if let Some(a) = self.rec_mut(id).active_mut() {
+        let rec = self.rec_mut_at(slot);
+        let id = rec.id;
+        if let Some(a) = rec.active_mut() {
             woke = matches!(a.pause, PauseState::Paused { .. });
             a.pause = PauseState::Unpaused;
         }
         if woke {
-            self.emit(Effect::WakeHandler { id });
+            self.emit(Effect::WakeHandler { id, slot });
         }
     }
 
@@ -578,14 +641,17 @@ impl Forest {
             Some(a) if a.ending.is_some() => return Ok(CancelOutcome::AlreadyEnding),
             Some(_) => {}
         }
+        let slot = self.slot(id)?;
         self.begin(now);
-        let reason = format!("ancestor {id} was cancelled");
+        // One shared reason for the whole subtree: cancelling 100,000 tasks
+        // allocates no string per task.
+        let reason: Arc<str> = format!("ancestor {id} was cancelled").into();
         self.wind_down(
-            id,
+            slot,
             Ending::Cancelling {
-                reason: "cancelled by request".to_owned(),
+                reason: "cancelled by request".into(),
             },
-            &|_| Ending::Cancelling {
+            &|| Ending::Cancelling {
                 reason: reason.clone(),
             },
         );
@@ -605,33 +671,37 @@ impl Forest {
         id: TaskId,
         ttl_ms: Option<u64>,
     ) -> Result<(), TransitionError> {
-        self.get(id)?;
+        let slot = self.slot(id)?;
         self.begin(now);
-        let rec = &self.tasks[&id];
-        let parent_exp = rec.parent.and_then(|p| self.tasks[&p].expires_at());
+        let rec = &self.tasks[slot];
+        let parent_exp = rec
+            .parent()
+            .and_then(|_| self.tasks[rec.parent_slot].expires_at());
         let created = rec.created_at;
         let want = ttl_ms.map(|t| created.saturating_add(t));
         let exp = match (want, parent_exp) {
             (Some(w), Some(p)) => Some(w.min(p)),
             (w, p) => w.or(p),
         };
-        self.rec_mut(id).ttl_ms = exp.map(|e| e.millis_since(created));
-        self.sync_expiry_timer(id);
+        self.rec_mut_at(slot).ttl_ms = exp.map(|e| e.millis_since(created));
+        self.sync_expiry_timer(slot);
         // Pre-order walk: each child is clamped to its (already updated) parent.
-        let mut stack = self.tasks[&id].children.clone();
+        let mut stack: Vec<Slot> = self.tasks[slot].children.iter().map(|c| c.slot).collect();
         while let Some(c) = stack.pop() {
-            let rec = &self.tasks[&c];
-            let pexp = rec.parent.and_then(|p| self.tasks[&p].expires_at());
+            let rec = &self.tasks[c];
+            let pexp = self.tasks[rec.parent_slot].expires_at();
             if let (Some(p), own) = (pexp, rec.expires_at())
                 && own.is_none_or(|o| o > p)
             {
                 let created = rec.created_at;
-                self.rec_mut(c).ttl_ms = Some(p.millis_since(created));
+                self.rec_mut_at(c).ttl_ms = Some(p.millis_since(created));
                 self.sync_expiry_timer(c);
             }
-            stack.extend(self.tasks[&c].children.iter().copied());
+            stack.extend(self.tasks[c].children.iter().map(|c| c.slot));
         }
-        let root = self.tasks[&id].root;
+        let root = self
+            .slot(self.tasks[slot].root)
+            .expect("the root of a live task exists");
         self.sync_delete_timer(root);
         self.end();
         Ok(())
@@ -649,11 +719,12 @@ impl Forest {
             }
             self.timers.pop();
             if !self.timer_is_live(at, timer) {
+                self.stale_timers = self.stale_timers.saturating_sub(1);
                 continue;
             }
             match timer {
-                Timer::Expire(_, id) => {
-                    let Some(rec) = self.tasks.get_mut(&id) else {
+                Timer::Expire(_, slot) => {
+                    let Some(rec) = self.tasks.at_mut(slot) else {
                         continue;
                     };
                     rec.expiry_timer = None;
@@ -663,13 +734,13 @@ impl Forest {
                     if rec.is_terminal() || failing {
                         continue;
                     }
-                    let error = expired_error(ttl);
-                    self.wind_down(id, Ending::Failing { error: error.clone() }, &|_| {
+                    let error = Arc::new(expired_error(ttl));
+                    self.wind_down(slot, Ending::Failing { error: error.clone() }, &|| {
                         Ending::Failing { error: error.clone() }
                     });
                 }
                 Timer::Delete(root) => {
-                    let Some(rec) = self.tasks.get_mut(&root) else {
+                    let Some(rec) = self.tasks.at_mut(root) else {
                         continue;
                     };
                     rec.delete_timer = None;
@@ -689,24 +760,31 @@ impl Forest {
     /// `UnknownTask`, `NotARoot`, `TreeNotTerminal`.
     pub fn delete_tree(&mut self, now: Timestamp, root: TaskId) -> Result<(), TransitionError> {
         let rec = self.get(root)?;
-        if rec.parent.is_some() {
+        if rec.parent().is_some() {
             return Err(TransitionError::NotARoot(root));
         }
         if !rec.is_terminal() {
             return Err(TransitionError::TreeNotTerminal(root));
         }
+        let slot = self.slot(root)?;
         self.begin(now);
-        self.remove_tree(root);
+        self.remove_tree(slot);
         self.end();
         Ok(())
     }
 
-    fn remove_tree(&mut self, root: TaskId) {
-        let ids = self.result_order(root);
-        for id in &ids {
+    fn remove_tree(&mut self, root: Slot) {
+        let slots = self.post_order(root, |_| true);
+        let mut ids = Vec::with_capacity(slots.len());
+        for slot in slots {
             // Their timers become stale and are skipped when reached.
-            self.tasks.remove(id);
+            if let Some(rec) = self.tasks.remove(slot) {
+                self.stale_timers +=
+                    usize::from(rec.expiry_timer.is_some()) + usize::from(rec.delete_timer.is_some());
+                ids.push(rec.id);
+            }
         }
+        let root = *ids.last().expect("the root is removed last");
         self.emit(Effect::TreeDeleted { root, ids });
     }
 
@@ -714,68 +792,87 @@ impl Forest {
 
     /// Decides `own` for `id` and `inherited(id)` for every live descendant
     /// without an ending, stops their handlers, then settles leaves first.
-    pub(crate) fn wind_down(&mut self, id: TaskId, own: Ending, inherited: &dyn Fn(TaskId) -> Ending) {
-        let order = self.live_subtree_post_order(id);
-        for &t in &order {
-            let ending = if t == id { own.clone() } else { inherited(t) };
-            self.decide_ending(t, ending);
-        }
+    pub(crate) fn wind_down(&mut self, top: Slot, own: Ending, inherited: &dyn Fn() -> Ending) {
+        let mut order = self.live_subtree_post_order(top);
+        // Tasks with a running handler settle only when it exits; the others
+        // are settled below, still leaves first.
+        order.retain(|&t| {
+            let ending = if t == top { own.clone() } else { inherited() };
+            self.decide_ending(t, ending)
+        });
         for &t in &order {
             self.try_settle(t);
         }
     }
 
-    fn decide_ending(&mut self, id: TaskId, ending: Ending) {
-        let rec = self.rec_mut(id);
+    /// Records `ending` unless one is decided; returns whether the task may
+    /// settle without its handler (none is running).
+    fn decide_ending(&mut self, slot: Slot, ending: Ending) -> bool {
+        let rec = self.rec_mut_at(slot);
+        let id = rec.id;
         // Outstanding requests are superseded and the pause is lifted: the
         // handler must run to unwind (cancel while paused is immediate).
-        let Phase::Active(a) = &mut rec.phase else { return };
+        let Phase::Active(a) = &mut rec.phase else {
+            return false;
+        };
+        let running = a.handler == HandlerState::Running;
         if a.ending.is_some() {
-            return;
+            return !running;
         }
         a.ending = Some(ending);
         a.pause = PauseState::Unpaused;
-        let running = a.handler == HandlerState::Running;
         rec.clear_outstanding();
         rec.steers.clear();
         if running {
-            self.emit(Effect::CancelHandler { id });
+            self.emit(Effect::CancelHandler { id, slot });
         }
+        !running
     }
 
     /// Makes `id` terminal if its handler stopped (or never started and an
     /// ending is decided) and every child is terminal; then looks at the parent.
-    pub(crate) fn try_settle(&mut self, id: TaskId) {
-        let mut next = Some(id);
-        while let Some(id) = next.take() {
-            let Some(rec) = self.tasks.get(&id) else { return };
+    pub(crate) fn try_settle(&mut self, slot: Slot) {
+        let mut next = Some(slot);
+        while let Some(slot) = next.take() {
+            let Some(rec) = self.tasks.at(slot) else { return };
             let Phase::Active(a) = &rec.phase else { return };
             if rec.live_children > 0 {
                 return;
             }
-            let terminal = match (&a.ending, &a.handler) {
-                (_, HandlerState::Running) | (None, HandlerState::Queued) => return,
-                (Some(Ending::Cancelling { reason }), _) => Terminal::Cancelled {
-                    reason: reason.clone(),
-                },
-                (Some(Ending::Failing { error }), _) => Terminal::Failed {
-                    error: Box::new(error.clone()),
-                },
-                (None, HandlerState::Exited(HandlerOutcome::Returned(result))) => Terminal::Completed {
-                    result: result.clone(),
-                },
+            if matches!(
+                (&a.ending, &a.handler),
+                (_, HandlerState::Running) | (None, HandlerState::Queued)
+            ) {
+                return;
+            }
+            let rec = self.rec_mut_at(slot);
+            let id = rec.id;
+            let Some(a) = rec.active_mut() else { return };
+            // Moved out, not cloned: a result or a shared reason is not copied.
+            let ending = a.ending.take();
+            let handler = std::mem::replace(&mut a.handler, HandlerState::Queued);
+            let terminal = match (ending, handler) {
+                (Some(Ending::Cancelling { reason }), _) => Terminal::Cancelled { reason },
+                (Some(Ending::Failing { error }), _) => Terminal::Failed { error },
+                (None, HandlerState::Exited(HandlerOutcome::Returned(result))) => {
+                    Terminal::Completed { result }
+                }
                 (None, HandlerState::Exited(HandlerOutcome::Errored(error))) => Terminal::Failed {
-                    error: Box::new(error.clone()),
+                    error: Arc::new(error),
                 },
                 (None, HandlerState::Exited(HandlerOutcome::Aborted)) => Terminal::Failed {
-                    error: Box::new(ErrorObject::new(ErrorCode::INTERNAL_ERROR, "handler aborted")),
+                    error: Arc::new(ErrorObject::new(ErrorCode::INTERNAL_ERROR, "handler aborted")),
                 },
+                (None, HandlerState::Running | HandlerState::Queued) => {
+                    unreachable!(
+                        "checked above: a running or queued handler without an ending does not settle"
+                    )
+                }
             };
-            let failed = match &terminal {
-                Terminal::Failed { error } => Some((**error).clone()),
+            let failed = match (&terminal, rec.fail_fast) {
+                (Terminal::Failed { error }, true) => Some(error.clone()),
                 _ => None,
             };
-            let rec = self.rec_mut(id);
             rec.phase = Phase::Terminal(terminal);
             rec.clear_outstanding();
             if let Some(book) = rec.inputs.as_mut() {
@@ -783,29 +880,34 @@ impl Forest {
                 book.answered.clear();
             }
             rec.steers.clear();
-            let parent = rec.parent;
-            let fail_fast = rec.fail_fast;
-            self.sync_expiry_timer(id);
+            let parent = rec.parent().map(|_| rec.parent_slot);
+            self.sync_expiry_timer(slot);
             let Some(parent) = parent else {
-                self.sync_delete_timer(id);
+                self.sync_delete_timer(slot);
                 return;
             };
-            let p = self.rec_mut(parent);
+            let p = self.rec_mut_at(parent);
             p.live_children -= 1;
-            let parent_ending = p.active().and_then(|a| a.ending.clone());
+            let parent_ending = p.active().is_some_and(|a| a.ending.is_some());
             // A parent whose handler is queued again after a restart is not
             // failed by children that failed only because of the restart.
             let parent_rerun = p.active().is_some_and(|a| a.handler == HandlerState::Queued);
-            if let (Some(error), true, None, false) = (failed, fail_fast, parent_ending, parent_rerun) {
+            if let (Some(error), false, false) = (failed, parent_ending, parent_rerun) {
                 let error = ErrorObject {
                     code: error.code,
                     message: format!("subtask {id} failed: {}", error.message),
                     data: Some(serde_json::json!({ "failedTaskId": id.to_string() })),
                 };
-                let reason = format!("sibling subtask {id} failed");
-                self.wind_down(parent, Ending::Failing { error }, &|_| Ending::Cancelling {
-                    reason: reason.clone(),
-                });
+                let reason: Arc<str> = format!("sibling subtask {id} failed").into();
+                self.wind_down(
+                    parent,
+                    Ending::Failing {
+                        error: Arc::new(error),
+                    },
+                    &|| Ending::Cancelling {
+                        reason: reason.clone(),
+                    },
+                );
                 // wind_down settled the parent if it could.
                 return;
             }

@@ -19,6 +19,7 @@ mod lifecycle;
 mod order;
 mod persist;
 mod record;
+mod table;
 #[cfg(test)]
 mod tests;
 
@@ -33,3 +34,4 @@ pub use persist::{Recovery, RestoreError, STATE_FORMAT, decode_state, encode_sta
 pub use record::{
     Active, Ending, HandlerOutcome, HandlerState, InputBook, PauseState, Phase, TaskRecord, Terminal,
 };
+pub use table::Slot;

@@ -59,7 +59,7 @@ impl ResultCursor {
                 self.stack.clear();
                 return None;
             };
-            if let Some(&child) = rec.children().get(i) {
+            if let Some(child) = rec.child(i) {
                 if let Some(top) = self.stack.last_mut() {
                     top.1 += 1;
                 }

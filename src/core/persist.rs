@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use super::config::ForestConfig;
 use super::forest::{Forest, IdMap};
-use super::record::{Ending, HandlerOutcome, HandlerState, InputBook, PauseState, Phase, TaskRecord};
+use super::record::{Child, Ending, HandlerOutcome, HandlerState, InputBook, PauseState, Phase, TaskRecord};
+use super::table::{Slot, TaskTable};
 use crate::model::{ErrorCode, ErrorObject, TaskId, Timestamp};
 
 /// Version of the state encoding written by [`encode_state`].
@@ -93,6 +94,10 @@ pub fn decode_state(
     position: u32,
     state: &str,
 ) -> Result<TaskRecord, String> {
+    if parent == Some(id) {
+        // Caught here: a record keeps a root's own id as its parent.
+        return Err("the task is its own parent".to_owned());
+    }
     let s: StateOwned = serde_json::from_str(state).map_err(|e| format!("unreadable task state: {e}"))?;
     if s.v != STATE_FORMAT {
         return Err(format!(
@@ -102,7 +107,9 @@ pub fn decode_state(
     }
     Ok(TaskRecord {
         id,
-        parent,
+        parent_id: parent.unwrap_or(id),
+        // Set by `Forest::restore`.
+        parent_slot: Slot(0),
         root,
         depth: 0,
         position,
@@ -184,13 +191,13 @@ impl Forest {
         let err = |task: Option<TaskId>, detail: String| RestoreError { root, task, detail };
         let mut forest = Forest::new(config);
         forest.now = now;
-        let mut tasks: IdMap<Box<TaskRecord>> = IdMap::default();
+        let mut tasks: IdMap<TaskRecord> = IdMap::default();
         let mut latest = Timestamp::EPOCH;
         for rec in records {
             if rec.root != root {
                 return Err(err(Some(rec.id), format!("belongs to tree {}", rec.root)));
             }
-            match rec.parent {
+            match rec.parent() {
                 None if rec.id != root => return Err(err(Some(rec.id), "a second root".into())),
                 Some(_) if rec.id == root => return Err(err(Some(rec.id), "the root has a parent".into())),
                 Some(p) if p == rec.id => return Err(err(Some(rec.id), "task is its own parent".into())),
@@ -198,7 +205,7 @@ impl Forest {
             }
             latest = latest.max(rec.last_updated_at);
             let id = rec.id;
-            if tasks.insert(id, Box::new(rec)).is_some() {
+            if tasks.insert(id, rec).is_some() {
                 return Err(err(Some(id), "stored twice".into()));
             }
         }
@@ -208,7 +215,7 @@ impl Forest {
         // Children by parent, in stored position order; positions must be 0..n.
         let mut children: IdMap<Vec<(u32, TaskId)>> = IdMap::default();
         for rec in tasks.values() {
-            if let Some(p) = rec.parent {
+            if let Some(p) = rec.parent() {
                 if !tasks.contains_key(&p) {
                     return Err(err(Some(rec.id), format!("parent {p} does not exist")));
                 }
@@ -226,34 +233,29 @@ impl Forest {
                 }
             }
         }
-        // Depths from the root; every task must be reached exactly once.
-        let mut reached = 0usize;
-        let mut stack = vec![(root, 0u32)];
-        while let Some((id, depth)) = stack.pop() {
-            reached += 1;
-            let kids: Vec<TaskId> = children
-                .get(&id)
-                .map(|k| k.iter().map(|(_, c)| *c).collect())
-                .unwrap_or_default();
-            let live = kids.iter().filter(|c| !tasks[*c].is_terminal()).count() as u32;
-            let rec = tasks.get_mut(&id).expect("reached ids exist");
-            rec.depth = depth;
-            rec.live_children = live;
-            stack.extend(kids.iter().map(|c| (*c, depth + 1)));
-            rec.children = kids;
-        }
-        if reached != tasks.len() {
-            // Name the stray tasks (a cycle or a detached subtree): walk again,
-            // on this error path only.
-            let mut seen: IdMap<()> = IdMap::default();
-            let mut stack = vec![root];
-            while let Some(id) = stack.pop() {
-                seen.insert(id, ());
-                stack.extend(children.get(&id).into_iter().flatten().map(|(_, c)| *c));
+        // Slots in breadth-first order from the root (parents before their
+        // children, siblings in creation order); every task must be reached
+        // exactly once.
+        let mut order: Vec<TaskId> = vec![root];
+        let mut slot_of: IdMap<Slot> = IdMap::default();
+        slot_of.insert(root, Slot(0));
+        let mut next = 0;
+        while next < order.len() && order.len() <= tasks.len() {
+            let id = order[next];
+            next += 1;
+            for &(_, c) in children.get(&id).into_iter().flatten() {
+                if slot_of.insert(c, Slot(order.len() as u32)).is_some() {
+                    // Reached twice: a cycle; reported below.
+                    continue;
+                }
+                order.push(c);
             }
+        }
+        if order.len() != tasks.len() {
+            // Name the stray tasks (a cycle or a detached subtree).
             let mut stray: Vec<TaskId> = tasks
                 .keys()
-                .filter(|id| !seen.contains_key(id))
+                .filter(|id| !slot_of.contains_key(id))
                 .copied()
                 .collect();
             stray.sort_unstable();
@@ -269,13 +271,47 @@ impl Forest {
                 ),
             ));
         }
-        forest.tasks = tasks;
-        forest.now = forest.now.max(latest);
-        let ids: Vec<TaskId> = forest.tasks.keys().copied().collect();
-        for id in ids {
-            forest.sync_expiry_timer(id);
+        let mut table = TaskTable::default();
+        for id in &order {
+            let mut rec = tasks.remove(id).expect("ordered ids exist");
+            let (depth, parent_slot) = match rec.parent() {
+                Some(p) => {
+                    let ps = slot_of[&p];
+                    (table[ps].depth + 1, ps)
+                }
+                None => (0, slot_of[id]),
+            };
+            rec.depth = depth;
+            rec.parent_slot = parent_slot;
+            rec.children = children
+                .get(id)
+                .into_iter()
+                .flatten()
+                .map(|&(_, c)| Child {
+                    id: c,
+                    slot: slot_of[&c],
+                })
+                .collect();
+            rec.live_children = 0;
+            let slot = table.insert(rec);
+            debug_assert_eq!(slot, slot_of[id]);
         }
-        forest.sync_delete_timer(root);
+        // Live children, counted once every record is in place.
+        for i in 0..order.len() {
+            let slot = Slot(i as u32);
+            let live = table[slot]
+                .children
+                .iter()
+                .filter(|c| !table[c.slot].is_terminal())
+                .count() as u32;
+            table[slot].live_children = live;
+        }
+        forest.tasks = table;
+        forest.now = forest.now.max(latest);
+        for i in 0..order.len() {
+            forest.sync_expiry_timer(Slot(i as u32));
+        }
+        forest.sync_delete_timer(Slot(0));
         forest
             .check_invariants()
             .map_err(|v| err(Some(v.task), v.to_string()))?;
@@ -305,8 +341,9 @@ impl Forest {
             && rec
                 .active()
                 .is_some_and(|a| a.ending.is_none() && !matches!(a.handler, HandlerState::Exited(_)));
+        let root_slot = self.tasks.slot_of(&root).expect("found above");
         self.begin(now);
-        let order = self.live_subtree_post_order(root);
+        let order = self.live_subtree_post_order(root_slot);
         if rerun {
             let rec = self.rec_mut(root);
             rec.message = Some("the server restarted: the handler runs again".to_owned());
@@ -335,12 +372,13 @@ impl Forest {
             }
             out.rerun = Some(root);
         }
-        let error = restart_error();
+        let error = std::sync::Arc::new(restart_error());
         for &t in &order {
-            if rerun && t == root {
+            if rerun && t == root_slot {
                 continue;
             }
-            let rec = self.rec_mut(t);
+            let rec = self.rec_mut_at(t);
+            let id = rec.id;
             let Some(a) = rec.active_mut() else { continue };
             if matches!(a.handler, HandlerState::Exited(_)) {
                 continue;
@@ -353,7 +391,7 @@ impl Forest {
             }
             rec.clear_outstanding();
             rec.steers.clear();
-            out.failed.push(t);
+            out.failed.push(id);
         }
         for &t in &order {
             self.try_settle(t);
@@ -379,7 +417,7 @@ mod tests {
             .into_iter()
             .map(|id| {
                 let r = forest.task(id).unwrap();
-                decode_state(r.id, r.root, r.parent, r.position, &encode_state(r)).unwrap()
+                decode_state(r.id, r.root, r.parent(), r.position, &encode_state(r)).unwrap()
             })
             .collect();
         Forest::restore(*forest.config(), root, records, forest.now())
@@ -495,7 +533,7 @@ mod tests {
         let (f, root, a, b) = tree();
         let rec = |id: TaskId| {
             let r = f.task(id).unwrap();
-            decode_state(r.id, r.root, r.parent, r.position, &encode_state(r)).unwrap()
+            decode_state(r.id, r.root, r.parent(), r.position, &encode_state(r)).unwrap()
         };
         let now = f.now();
         let cfg = *f.config();
@@ -509,9 +547,9 @@ mod tests {
         assert!(e.detail.contains("gap"), "{e}");
         // A cycle: a is its own grandparent through b.
         let mut ca = rec(a);
-        ca.parent = Some(b);
+        ca.parent_id = b;
         let mut cb = rec(b);
-        cb.parent = Some(a);
+        cb.parent_id = a;
         cb.position = 0;
         let e = Forest::restore(cfg, root, vec![rec(root), ca, cb], now).unwrap_err();
         assert!(e.detail.contains("not reachable"), "{e}");

@@ -6,9 +6,11 @@
 //! never stored twice.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::table::Slot;
 use crate::model::{ErrorObject, JsonObject, TaskId, TaskStatus, Timestamp};
 
 /// What the handler of a task returned.
@@ -75,14 +77,14 @@ impl PauseState {
 pub enum Ending {
     /// A cancel was accepted; the task ends `cancelled`.
     Cancelling {
-        /// Why (shown as the status message).
-        reason: String,
+        /// Why (shown as the status message); shared by every task a cancel reached.
+        reason: Arc<str>,
     },
     /// The task ends `failed` with this error (TTL expired, handler error with
     /// live children, fail-fast child failure).
     Failing {
-        /// The error the task will carry.
-        error: ErrorObject,
+        /// The error the task will carry (shared by every task it reached).
+        error: Arc<ErrorObject>,
     },
 }
 
@@ -123,13 +125,14 @@ pub enum Terminal {
     },
     /// `failed` with the JSON-RPC error.
     Failed {
-        /// The error (boxed: retained terminal tasks stay small).
-        error: Box<ErrorObject>,
+        /// The error (behind a pointer: retained terminal tasks stay small;
+        /// shared with the tasks an expiry or a failure reached with it).
+        error: Arc<ErrorObject>,
     },
     /// `cancelled`.
     Cancelled {
         /// Why.
-        reason: String,
+        reason: Arc<str>,
     },
 }
 
@@ -190,16 +193,29 @@ impl InputBook {
     }
 }
 
+/// A child in its parent's record: its id (for `childTaskIds`) and its slot
+/// (for walks that do not hash ids).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Child {
+    pub(crate) id: TaskId,
+    pub(crate) slot: Slot,
+}
+
 /// Everything the core knows about one task.
 #[derive(Debug, Clone)]
 pub struct TaskRecord {
     pub(crate) id: TaskId,
-    pub(crate) parent: Option<TaskId>,
+    /// The parent's id, the task's own for a root (a plain id keeps the
+    /// record 8 bytes smaller than an `Option`); read it with
+    /// [`TaskRecord::parent`].
+    pub(crate) parent_id: TaskId,
+    /// The parent's slot (the task's own for a root).
+    pub(crate) parent_slot: Slot,
     pub(crate) root: TaskId,
     pub(crate) depth: u32,
     /// Index of this task in its parent's `childTaskIds` (0 for a root).
     pub(crate) position: u32,
-    pub(crate) children: Vec<TaskId>,
+    pub(crate) children: Vec<Child>,
     pub(crate) live_children: u32,
     pub(crate) created_at: Timestamp,
     pub(crate) last_updated_at: Timestamp,
@@ -226,7 +242,7 @@ impl TaskRecord {
 
     /// The parent, `None` for a root (I1: never changes, never the task itself).
     pub fn parent(&self) -> Option<TaskId> {
-        self.parent
+        (self.parent_id != self.id).then_some(self.parent_id)
     }
 
     /// The root of this task's tree.
@@ -245,8 +261,23 @@ impl TaskRecord {
     }
 
     /// Children in creation order (I2: append-only).
-    pub fn children(&self) -> &[TaskId] {
-        &self.children
+    pub fn children(&self) -> impl ExactSizeIterator<Item = TaskId> + '_ {
+        self.children.iter().map(|c| c.id)
+    }
+
+    /// The `i`-th child (creation order).
+    pub fn child(&self, i: usize) -> Option<TaskId> {
+        self.children.get(i).map(|c| c.id)
+    }
+
+    /// Number of children.
+    pub fn child_count(&self) -> usize {
+        self.children.len()
+    }
+
+    /// `childTaskIds` as the wire shows it.
+    pub fn child_ids(&self) -> Vec<TaskId> {
+        self.children().collect()
     }
 
     /// Number of children that are not terminal.
@@ -383,7 +414,7 @@ impl TaskRecord {
         match &self.phase {
             Phase::Terminal(Terminal::Completed { .. }) => self.message.clone(),
             Phase::Terminal(Terminal::Failed { error }) => Some(error.message.clone()),
-            Phase::Terminal(Terminal::Cancelled { reason }) => Some(reason.clone()),
+            Phase::Terminal(Terminal::Cancelled { reason }) => Some(reason.to_string()),
             Phase::Active(a) => match (&a.ending, &a.pause, &a.handler) {
                 (Some(Ending::Cancelling { reason }), _, _) => Some(format!("cancelling: {reason}")),
                 (Some(Ending::Failing { error }), _, _) => Some(format!("failing: {}", error.message)),

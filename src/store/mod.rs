@@ -146,7 +146,7 @@ impl WriteOp {
     /// knows: who started the tree and how.)
     pub fn for_effect(forest: &crate::core::Forest, effect: &crate::core::Effect) -> Option<WriteOp> {
         match effect {
-            crate::core::Effect::Persist { id } => {
+            crate::core::Effect::Persist { id, .. } => {
                 forest.task(*id).map(|r| WriteOp::PutTask(StoredTask::of(r)))
             }
             crate::core::Effect::TreeDeleted { root, .. } => Some(WriteOp::DeleteTree(*root)),
