@@ -2,19 +2,20 @@
 
 use std::future::{Future, IntoFuture};
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream};
 use parking_lot::Mutex;
-use tokio::sync::Notify;
 use tracing::Instrument;
 
 use super::error::{Interrupted, RuntimeError};
 use super::inner::Inner;
 use super::scheduler::Job;
-use super::tree::{HandlerBody, Post, StartJob, TreeCell, TreeState};
-use crate::core::{ChildOptions, HandlerOutcome, Phase, SafePoint, TaskRecord, Terminal, TransitionError};
+use super::tree::{Exit, HandlerBody, Post, Signal, StartJob, TaskRt, TreeCell, TreeState};
+use crate::core::{
+    ChildOptions, HandlerOutcome, Phase, SafePoint, Slot, TaskRecord, Terminal, TransitionError,
+};
 use crate::model::{ErrorCode, ErrorObject, JsonObject, TaskId};
 
 /// What a handler returns: a result (e.g. a `CallToolResult`, also with
@@ -164,6 +165,9 @@ impl From<TransitionError> for TaskError {
 pub(crate) struct SlotCell {
     root: TaskId,
     state: Mutex<SlotState>,
+    /// The task's wake-up channel, fetched once under the tree lock, so
+    /// `cancelled()` and `is_cancelled()` then read its flag without it.
+    signal: OnceLock<Arc<Signal>>,
 }
 
 struct SlotState {
@@ -228,12 +232,9 @@ impl SlotCell {
         std::mem::replace(&mut self.state.lock().holding, false)
     }
 
-    fn release_for_exit(&self, inner: &Arc<Inner>) {
-        let release = std::mem::replace(&mut self.state.lock().holding, false);
-        if release {
-            let ready = inner.sched.release(self.root);
-            inner.run_jobs(ready);
-        }
+    /// The handler exited: whether it held a slot (which the caller releases).
+    pub(crate) fn take_for_exit(&self) -> bool {
+        std::mem::replace(&mut self.state.lock().holding, false)
     }
 }
 
@@ -304,6 +305,8 @@ pub struct TaskContext {
     inner: Arc<Inner>,
     tree: Arc<TreeCell>,
     id: TaskId,
+    /// The task's place in its forest (O(1) access without hashing).
+    at: Slot,
     parent: Option<TaskId>,
     slot: Arc<SlotCell>,
     deps: Arc<[DependencyOutcome]>,
@@ -324,6 +327,7 @@ impl TaskContext {
         inner: Arc<Inner>,
         tree: Arc<TreeCell>,
         id: TaskId,
+        at: Slot,
         parent: Option<TaskId>,
         deps: Vec<DependencyOutcome>,
         rerun: bool,
@@ -334,11 +338,13 @@ impl TaskContext {
                 holding: true,
                 blocked: 0,
             }),
+            signal: OnceLock::new(),
         });
         TaskContext {
             inner,
             tree,
             id,
+            at,
             parent,
             slot,
             deps: deps.into(),
@@ -399,38 +405,34 @@ impl TaskContext {
         });
     }
 
+    /// This task's signal; `None` once the task is terminal or gone.
+    fn signal(&self) -> Option<&Arc<Signal>> {
+        if let Some(signal) = self.slot.signal.get() {
+            return Some(signal);
+        }
+        let signal = self.tree.state.lock().notify_at(self.at)?;
+        Some(self.slot.signal.get_or_init(|| signal))
+    }
+
     /// Whether a cancel was accepted (or a failure decided) for this task.
+    /// Takes no lock after the first call.
     pub fn is_cancelled(&self) -> bool {
-        let st = self.tree.state.lock();
-        st.forest
-            .task(self.id)
-            .is_none_or(|r| r.is_terminal() || r.is_winding_down())
+        self.signal().is_none_or(|s| s.is_ending())
     }
 
     /// Resolves once the task is being cancelled (or failed by its TTL or a
-    /// fail-fast sibling).
+    /// fail-fast sibling). Takes no lock after the first call.
     ///
     /// # Cancellation safety
     ///
     /// Safe to drop and to use in `select!`.
     pub async fn cancelled(&self) {
+        let Some(signal) = self.signal() else { return };
         loop {
-            let notify = {
-                let mut st = self.tree.state.lock();
-                if st
-                    .forest
-                    .task(self.id)
-                    .is_none_or(|r| r.is_terminal() || r.is_winding_down())
-                {
-                    return;
-                }
-                st.notify_of(self.id)
-            };
-            let Some(notify) = notify else { return };
-            let notified = notify.notified();
+            let notified = signal.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.is_cancelled() {
+            if signal.is_ending() {
                 return;
             }
             notified.await;
@@ -449,7 +451,7 @@ impl TaskContext {
             let (ready, notify) = {
                 let mut st = self.tree.state.lock();
                 let r = check(&mut st, &mut post);
-                let notify = if r.is_none() { st.notify_of(self.id) } else { None };
+                let notify = if r.is_none() { st.notify_at(self.at) } else { None };
                 self.inner.absorb(&mut st, &mut post);
                 (r, notify)
             };
@@ -458,7 +460,7 @@ impl TaskContext {
                 return r;
             }
             let Some(notify) = notify else { continue };
-            let notified = notify.notified();
+            let notified = notify.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             // Re-check after enabling so a change between unlock and enable is not missed.
@@ -575,8 +577,8 @@ impl TaskContext {
                 if self.armed {
                     self.ctx.with(|st, now, _| {
                         let _ = st.forest.withdraw_input(now, self.ctx.id, self.key);
-                        if let Some(rt) = st.rt.get_mut(&self.ctx.id) {
-                            rt.answers.remove(self.key);
+                        if let Some(rare) = st.rt.get_mut(self.ctx.at).and_then(TaskRt::rare) {
+                            rare.answers.remove(self.key);
                         }
                     });
                 }
@@ -587,10 +589,15 @@ impl TaskContext {
             key: &key,
             armed: true,
         };
-        let id = self.id;
+        let (id, at) = (self.id, self.at);
         let out = self
             .wait_until(true, |st, _| {
-                if let Some(answer) = st.rt.get_mut(&id).and_then(|rt| rt.answers.remove(&key)) {
+                let answer = st
+                    .rt
+                    .get_mut(at)
+                    .and_then(TaskRt::rare)
+                    .and_then(|rare| rare.answers.remove(&key));
+                if let Some(answer) = answer {
                     return Some(Ok(answer));
                 }
                 match st.forest.task(id) {
@@ -701,12 +708,14 @@ impl TaskContext {
                 .filter(|d| st.forest.task(*d).is_some_and(|r| !r.is_terminal()))
                 .collect();
             if !pending.is_empty() {
+                let slot = st.forest.slot_of(id).expect("just created");
                 for d in &pending {
-                    st.rt.entry(*d).or_default().dependents.push(id);
+                    let d = st.forest.slot_of(*d).expect("a pending dependency exists");
+                    st.rt.entry(d).rare_mut().dependents.push(slot);
                 }
-                let rt = st.rt.entry(id).or_default();
-                rt.pending_deps = pending.len() as u32;
-                rt.job = Some(job);
+                let rare = st.rt.entry(slot).rare_mut();
+                rare.pending_deps = pending.len() as u32;
+                rare.job = Some(job);
                 let _ = st.forest.set_status_message(
                     now,
                     id,
@@ -767,6 +776,9 @@ impl TaskContext {
             let run = AssertUnwindSafe(gated).catch_unwind();
             let grace = ctx.inner.config.cancel_grace;
             let outcome = tokio::select! {
+                // The handler first: one that returns as soon as it sees its
+                // cancel never arms the grace timer.
+                biased;
                 r = run => match r {
                     Ok(Ok(result)) => HandlerOutcome::Returned(result),
                     Ok(Err(error)) => HandlerOutcome::Errored(error),
@@ -788,14 +800,15 @@ impl TaskContext {
                     HandlerOutcome::Aborted
                 }
             };
-            // Finish first, so the task settles before its slot lets queued work run.
-            let id = ctx.id;
-            ctx.with(|st, now, _| {
-                if let Err(e) = st.forest.finish(now, id, outcome) {
-                    tracing::debug!(error = %e, "finish after the task ended");
-                }
-            });
-            ctx.slot.release_for_exit(&ctx.inner);
+            // The task settles (in a batch with other exits of its tree)
+            // before its slot lets queued work run.
+            let exit = Exit {
+                id: ctx.id,
+                slot: ctx.at,
+                outcome,
+                cell: ctx.slot.clone(),
+            };
+            ctx.inner.exit(&ctx.tree, exit);
         }
         .instrument(span)
         .await;
@@ -870,7 +883,7 @@ impl SubtaskHandle {
     async fn child_outcome(&self) -> TaskOutcome {
         let id = self.id;
         loop {
-            let notify: Option<Arc<Notify>> = {
+            let notify: Option<Arc<Signal>> = {
                 let mut st = self.ctx.tree.state.lock();
                 match st.forest.task(id) {
                     None => return TaskOutcome::Cancelled,
@@ -883,7 +896,7 @@ impl SubtaskHandle {
                 st.notify_of(id)
             };
             let Some(notify) = notify else { continue };
-            let notified = notify.notified();
+            let notified = notify.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             if self

@@ -46,8 +46,6 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::Stream;
-use parking_lot::Mutex;
-use tokio::sync::Notify;
 
 pub use config::RuntimeConfig;
 pub use context::{
@@ -57,14 +55,14 @@ pub use context::{
 pub use error::{Interrupted, RuntimeError};
 pub use plan::SubtaskPlan;
 
-use crate::core::{CancelOutcome, ClientView, Forest, IdMap, ResultCursor, RootOptions};
+use crate::core::{CancelOutcome, ClientView, Forest, ResultCursor, RootOptions};
 use crate::model::{DetailedTask, InputResponses, JsonObject, TaskId};
 use crate::store::{StoreError, TaskStore, TreeMeta};
 use inner::Inner;
 pub use recovery::{Launch, RecoveryReport};
 pub use tree::HandlerBody;
 pub use tree::Owner;
-use tree::{Durable, Post, StartJob, TreeCell, TreeState};
+use tree::{Durable, Post, RtTable, StartJob, TreeCell, TreeState};
 
 /// The task runtime. Cheap to clone and share; every clone drives the same tasks.
 #[derive(Clone)]
@@ -246,16 +244,15 @@ impl Runtime {
         let id = forest
             .create_root(inner.now(), opts)
             .expect("creating a root task has no failure mode");
-        let tree = Arc::new(TreeCell {
-            root: id,
-            state: Mutex::new(TreeState {
+        let tree = Arc::new(TreeCell::new(
+            id,
+            TreeState {
                 forest,
-                rt: IdMap::default(),
+                rt: RtTable::default(),
                 owner,
                 durable: Durable::default(),
-            }),
-            changed: Notify::new(),
-        });
+            },
+        ));
         let fast = inner.sched.try_acquire(id);
         let meta = inner.store.as_ref().map(|_| {
             let owner = tree.state.lock().owner.as_ref().map(|o| o.name().to_owned());
@@ -502,7 +499,7 @@ impl Runtime {
                 }
                 let tree = s.tree.clone()?;
                 let notify = tree.state.lock().notify_of(id);
-                let notified = notify.as_ref().map(|n| n.notified());
+                let notified = notify.as_ref().map(|n| n.notify.notified());
                 tokio::pin!(notified);
                 if let Some(n) = notified.as_mut().as_pin_mut() {
                     n.enable();

@@ -3,13 +3,11 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use serde_json::Value;
-use tokio::sync::Notify;
 
-use super::tree::{Durable, HandlerBody, Owner, Post, StartJob, TreeCell, TreeState};
+use super::tree::{Durable, HandlerBody, Owner, Post, RtTable, StartJob, TreeCell, TreeState};
 use super::{Runtime, RuntimeConfig};
-use crate::core::{Forest, IdMap, TaskRecord, decode_state};
+use crate::core::{Forest, TaskRecord, decode_state};
 use crate::store::{StoreError, StoredTree, TreeMeta};
 
 /// What a root task was started as, so it can run again after a restart.
@@ -137,19 +135,18 @@ impl Runtime {
                 o.force_reserve(live);
             }
             let ids: Vec<_> = forest.ids().collect();
-            let tree = Arc::new(TreeCell {
+            let tree = Arc::new(TreeCell::new(
                 root,
-                state: Mutex::new(TreeState {
+                TreeState {
                     forest,
-                    rt: IdMap::default(),
+                    rt: RtTable::default(),
                     owner,
                     durable: Durable {
                         version,
                         ticket: Default::default(),
                     },
-                }),
-                changed: Notify::new(),
-            });
+                },
+            ));
             for id in ids {
                 inner.index_insert(id, &tree);
             }

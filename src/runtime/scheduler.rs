@@ -115,13 +115,18 @@ impl Scheduler {
 
     /// Gives back a slot of `root` and returns the jobs that may run now.
     pub(crate) fn release(&self, root: TaskId) -> Vec<(TaskId, Job)> {
+        self.release_n(root, 1)
+    }
+
+    /// Gives back `n` slots of `root` and returns the jobs that may run now.
+    pub(crate) fn release_n(&self, root: TaskId, n: usize) -> Vec<(TaskId, Job)> {
         let mut st = self.state.lock();
-        st.running = st.running.saturating_sub(1);
+        st.running = st.running.saturating_sub(n);
         let per_tree = self.per_tree;
         let mut requeue = false;
         let mut remove = false;
         if let Some(q) = st.trees.get_mut(&root) {
-            q.running = q.running.saturating_sub(1);
+            q.running = q.running.saturating_sub(n);
             if !q.ready.is_empty() && !q.in_rr && q.running < per_tree {
                 q.in_rr = true;
                 requeue = true;

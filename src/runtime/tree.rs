@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
@@ -18,7 +18,7 @@ use super::context::{DependencyOutcome, HandlerResult, TaskContext, TaskOutcome}
 use super::error::RuntimeError;
 use super::inner::Inner;
 use super::scheduler::Job;
-use crate::core::{Effect, Forest, IdMap, TaskRecord, TransitionError};
+use crate::core::{Effect, Forest, HandlerOutcome, Slot, TaskRecord, TransitionError};
 use crate::model::{JsonObject, TaskId, Timestamp};
 use crate::store::{Ticket, TreeMeta, WriteBatch, WriteOp};
 
@@ -39,12 +39,52 @@ pub(crate) struct StartJob {
     pub(crate) meta: Option<TreeMeta>,
 }
 
+/// A live task's wake-up channel, shared by everything that waits on the
+/// task (its handler, a parent awaiting it, subscribers).
+pub(crate) struct Signal {
+    /// Woken on every change of the task (status, steer, input, resume, cancel).
+    pub(crate) notify: Notify,
+    /// Set under the tree lock once the task winds down (a cancel or a
+    /// failure was decided) or ends, before its waiters are woken: the
+    /// handler's `cancelled()` reads it without taking the tree lock.
+    ending: AtomicBool,
+    /// The forest epoch of the last command that queued this signal for a
+    /// wake-up, so one command wakes it once however many effects it had.
+    stamp: AtomicU64,
+}
+
+impl Signal {
+    fn new(ending: bool) -> Arc<Signal> {
+        Arc::new(Signal {
+            notify: Notify::new(),
+            ending: AtomicBool::new(ending),
+            stamp: AtomicU64::new(u64::MAX),
+        })
+    }
+
+    /// Whether the task winds down or ended.
+    pub(crate) fn is_ending(&self) -> bool {
+        self.ending.load(Ordering::Acquire)
+    }
+
+    fn set_ending(&self) {
+        self.ending.store(true, Ordering::Release);
+    }
+}
+
 /// Runtime-side data of a live task: created on demand, dropped when the
 /// task becomes terminal.
 #[derive(Default)]
 pub(crate) struct TaskRt {
     /// Woken on every change of the task (status, steer, input, resume, cancel).
-    pub(crate) notify: Option<Arc<Notify>>,
+    pub(crate) notify: Option<Arc<Signal>>,
+    /// What few tasks need, kept out of line so the table stays dense.
+    rare: Option<Box<RareRt>>,
+}
+
+/// The rarely used part of [`TaskRt`].
+#[derive(Default)]
+pub(crate) struct RareRt {
     /// Answers delivered by `tasks/update`, waiting for the handler.
     pub(crate) answers: BTreeMap<String, JsonObject>,
     /// The handler, while it cannot start yet (dependencies or pause).
@@ -52,13 +92,77 @@ pub(crate) struct TaskRt {
     /// Dependencies not yet terminal.
     pub(crate) pending_deps: u32,
     /// Tasks whose `after` names this one.
-    pub(crate) dependents: Vec<TaskId>,
+    pub(crate) dependents: Vec<Slot>,
+}
+
+impl TaskRt {
+    /// The rare part, created on demand.
+    pub(crate) fn rare_mut(&mut self) -> &mut RareRt {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// The rare part, if any.
+    pub(crate) fn rare(&mut self) -> Option<&mut RareRt> {
+        self.rare.as_deref_mut()
+    }
+}
+
+/// [`TaskRt`] by slot: the effects of a command name their task's slot, so
+/// acting on them never hashes an id. Freed when the tree holds no live
+/// task's data.
+#[derive(Default)]
+pub(crate) struct RtTable {
+    slots: Vec<Option<TaskRt>>,
+    occupied: usize,
+}
+
+impl RtTable {
+    pub(crate) fn get(&self, slot: Slot) -> Option<&TaskRt> {
+        self.slots.get(slot.index())?.as_ref()
+    }
+
+    pub(crate) fn get_mut(&mut self, slot: Slot) -> Option<&mut TaskRt> {
+        self.slots.get_mut(slot.index())?.as_mut()
+    }
+
+    /// The entry of `slot`, created on demand.
+    pub(crate) fn entry(&mut self, slot: Slot) -> &mut TaskRt {
+        let i = slot.index();
+        if i >= self.slots.len() {
+            self.slots.resize_with(i + 1, || None);
+        }
+        let entry = &mut self.slots[i];
+        if entry.is_none() {
+            self.occupied += 1;
+        }
+        entry.get_or_insert_with(TaskRt::default)
+    }
+
+    pub(crate) fn remove(&mut self, slot: Slot) -> Option<TaskRt> {
+        let rt = self.slots.get_mut(slot.index())?.take()?;
+        self.occupied -= 1;
+        Some(rt)
+    }
+
+    /// Takes every entry (the tree was deleted).
+    fn take_all(&mut self) -> Vec<TaskRt> {
+        let all = std::mem::take(&mut self.slots).into_iter().flatten().collect();
+        self.occupied = 0;
+        all
+    }
+
+    /// Frees the table when no entry is left (an idle tree holds none).
+    fn shrink_if_idle(&mut self) {
+        if self.occupied == 0 && self.slots.capacity() > 0 {
+            self.slots = Vec::new();
+        }
+    }
 }
 
 /// State of one tree.
 pub(crate) struct TreeState {
     pub(crate) forest: Forest,
-    pub(crate) rt: IdMap<TaskRt>,
+    pub(crate) rt: RtTable,
     /// The principal that created the tree, if any.
     pub(crate) owner: Option<Arc<Owner>>,
     /// Persistence bookkeeping (unused without a store).
@@ -133,16 +237,20 @@ impl Owner {
 impl TreeState {
     /// The task's notifier, created on demand; `None` once terminal or gone
     /// (a terminal task never changes again).
-    pub(crate) fn notify_of(&mut self, id: TaskId) -> Option<Arc<Notify>> {
-        if self.forest.task(id).is_none_or(TaskRecord::is_terminal) {
-            return None;
-        }
+    pub(crate) fn notify_of(&mut self, id: TaskId) -> Option<Arc<Signal>> {
+        let slot = self.forest.slot_of(id)?;
+        self.notify_at(slot)
+    }
+
+    /// [`TreeState::notify_of`] by slot.
+    pub(crate) fn notify_at(&mut self, slot: Slot) -> Option<Arc<Signal>> {
+        let rec = self.forest.task_at(slot).filter(|r| !r.is_terminal())?;
+        let ending = rec.is_winding_down();
         Some(
             self.rt
-                .entry(id)
-                .or_default()
+                .entry(slot)
                 .notify
-                .get_or_insert_with(|| Arc::new(Notify::new()))
+                .get_or_insert_with(|| Signal::new(ending))
                 .clone(),
         )
     }
@@ -154,12 +262,50 @@ pub(crate) struct TreeCell {
     pub(crate) state: Mutex<TreeState>,
     /// Woken whenever any task of the tree changes.
     pub(crate) changed: Notify,
+    /// Handlers that returned and wait for their `finish` to be applied
+    /// ([`Inner::exit`]).
+    exits: Mutex<Exits>,
 }
+
+/// Exits waiting for the tree lock. A returning handler never blocks on the
+/// tree lock: it queues its exit here, and one thread at a time (the
+/// drainer) applies every queued exit under one tree lock acquisition.
+#[derive(Default)]
+struct Exits {
+    queue: Vec<Exit>,
+    /// A thread is applying exits; it takes the queue again before it stops.
+    draining: bool,
+}
+
+impl TreeCell {
+    /// A tree around `state`.
+    pub(crate) fn new(root: TaskId, state: TreeState) -> TreeCell {
+        TreeCell {
+            root,
+            state: Mutex::new(state),
+            changed: Notify::new(),
+            exits: Mutex::new(Exits::default()),
+        }
+    }
+}
+
+/// A handler that returned (or was aborted), queued for its `finish`.
+pub(crate) struct Exit {
+    pub(crate) id: TaskId,
+    pub(crate) slot: Slot,
+    pub(crate) outcome: HandlerOutcome,
+    /// Its scheduler slot, released once the task has settled.
+    pub(crate) cell: Arc<super::context::SlotCell>,
+}
+
+/// Exits applied by one drainer before it hands the rest to a fresh tokio
+/// task, so a worker is not held by a long stream of exits.
+const DRAIN_BUDGET: usize = 4096;
 
 /// What to do once the tree lock is released.
 #[derive(Default)]
 pub(crate) struct Post {
-    notify: Vec<Arc<Notify>>,
+    notify: Vec<Arc<Signal>>,
     tree_changed: bool,
     created: Vec<TaskId>,
     deleted: Vec<TaskId>,
@@ -171,6 +317,13 @@ pub(crate) struct Post {
 }
 
 impl Post {
+    /// Queues a wake-up of `signal`, once per command.
+    fn wake(&mut self, signal: &Arc<Signal>, stamp: u64) {
+        if signal.stamp.swap(stamp, Ordering::Relaxed) != stamp {
+            self.notify.push(signal.clone());
+        }
+    }
+
     /// Queues a job to be scheduled after unlock.
     pub(crate) fn submit(&mut self, job: StartJob, front: bool) {
         if front {
@@ -208,54 +361,74 @@ impl Inner {
             ops.push(WriteOp::PutTree(meta));
         }
         let persist = self.store.is_some();
+        let stamp = st.forest.epoch();
         for effect in st.forest.take_effects() {
             if persist && let Some(op) = WriteOp::for_effect(&st.forest, &effect) {
                 ops.push(op);
             }
             match effect {
                 Effect::Created { id, .. } => post.created.push(id),
-                Effect::Changed { id, to, .. } => {
+                Effect::Changed { slot, to, .. } => {
                     post.tree_changed = true;
                     if to.is_terminal() {
                         if let Some(owner) = &st.owner {
                             owner.release();
                         }
-                        if let Some(rt) = st.rt.remove(&id) {
-                            post.notify.extend(rt.notify);
-                            for d in rt.dependents {
-                                dependency_done(st, d, post);
+                        if let Some(mut rt) = st.rt.remove(slot) {
+                            if let Some(signal) = &rt.notify {
+                                signal.set_ending();
+                                post.wake(signal, stamp);
+                            }
+                            if let Some(rare) = rt.rare() {
+                                for d in std::mem::take(&mut rare.dependents) {
+                                    dependency_done(st, d, post);
+                                }
                             }
                         }
-                    } else if let Some(n) = st.rt.get(&id).and_then(|rt| rt.notify.clone()) {
-                        post.notify.push(n);
+                    } else if let Some(signal) = st.rt.get(slot).and_then(|rt| rt.notify.as_ref()) {
+                        post.wake(signal, stamp);
                     }
                 }
-                Effect::SteerQueued { id } | Effect::CancelHandler { id } => {
-                    if let Some(n) = st.rt.get(&id).and_then(|rt| rt.notify.clone()) {
-                        post.notify.push(n);
+                Effect::SteerQueued { slot, .. } => {
+                    if let Some(signal) = st.rt.get(slot).and_then(|rt| rt.notify.as_ref()) {
+                        post.wake(signal, stamp);
                     }
                 }
-                Effect::WakeHandler { id } => {
-                    if let Some(rt) = st.rt.get_mut(&id) {
-                        if rt.pending_deps == 0
-                            && let Some(job) = rt.job.take()
+                Effect::CancelHandler { slot, .. } => {
+                    if let Some(signal) = st.rt.get(slot).and_then(|rt| rt.notify.as_ref()) {
+                        signal.set_ending();
+                        post.wake(signal, stamp);
+                    }
+                }
+                Effect::WakeHandler { slot, .. } => {
+                    if let Some(rt) = st.rt.get_mut(slot) {
+                        if let Some(rare) = rt.rare()
+                            && rare.pending_deps == 0
+                            && let Some(job) = rare.job.take()
                         {
                             post.submit(job, true);
                         }
-                        post.notify.extend(rt.notify.clone());
+                        if let Some(signal) = &rt.notify {
+                            post.wake(signal, stamp);
+                        }
                     }
                 }
-                Effect::InputAnswered { id, key, response } => {
-                    let rt = st.rt.entry(id).or_default();
-                    rt.answers.insert(key, response);
-                    post.notify.extend(rt.notify.clone());
+                Effect::InputAnswered {
+                    slot, key, response, ..
+                } => {
+                    let rt = st.rt.entry(slot);
+                    rt.rare_mut().answers.insert(key, response);
+                    if let Some(signal) = &rt.notify {
+                        post.wake(signal, stamp);
+                    }
                 }
                 Effect::ArmTimer { at } => post.arm = Some(post.arm.map_or(at, |a| a.min(at))),
                 Effect::TreeDeleted { ids, .. } => {
                     post.tree_changed = true;
-                    for id in &ids {
-                        if let Some(rt) = st.rt.remove(id) {
-                            post.notify.extend(rt.notify);
+                    for rt in st.rt.take_all() {
+                        if let Some(signal) = rt.notify {
+                            signal.set_ending();
+                            post.wake(&signal, stamp);
                         }
                     }
                     post.deleted.extend(ids);
@@ -274,9 +447,7 @@ impl Inner {
             });
         }
         // An idle tree holds no side-table allocation.
-        if st.rt.is_empty() && st.rt.capacity() > 0 {
-            st.rt = IdMap::default();
-        }
+        st.rt.shrink_if_idle();
     }
 
     /// Follow-up work after the tree lock is released.
@@ -287,13 +458,10 @@ impl Inner {
         for id in &post.deleted {
             self.index_remove(*id);
         }
-        // Each task is woken once per command, in effect order (cancels reach
-        // the leaves first), however many effects it had.
-        let mut seen = std::collections::HashSet::with_capacity(post.notify.len());
-        for n in post.notify {
-            if seen.insert(Arc::as_ptr(&n) as usize) {
-                n.notify_waiters();
-            }
+        // Each task is woken once per command (`Post::wake`), in effect
+        // order (cancels reach the leaves first), however many effects it had.
+        for signal in post.notify {
+            signal.notify.notify_waiters();
         }
         if post.tree_changed {
             tree.changed.notify_waiters();
@@ -306,6 +474,78 @@ impl Inner {
         }
         for job in post.submit_back {
             self.schedule(job, false);
+        }
+    }
+
+    /// A handler returned: queues its exit and applies every queued exit of
+    /// the tree unless another thread is already doing so (flat combining:
+    /// many handlers exiting at once, as when a large subtree is cancelled,
+    /// cost one lock acquisition and one round of wake-ups per batch, and
+    /// the returning handlers never wait for the tree lock).
+    pub(crate) fn exit(self: &Arc<Self>, tree: &Arc<TreeCell>, exit: Exit) {
+        let drain = {
+            let mut exits = tree.exits.lock();
+            exits.queue.push(exit);
+            !std::mem::replace(&mut exits.draining, true)
+        };
+        if drain {
+            self.drain_exits(tree);
+        }
+    }
+
+    /// Applies queued exits until the queue is empty. Called by the thread
+    /// that set `draining`; clears it under the same lock that finds the
+    /// queue empty, so no exit is left behind.
+    fn drain_exits(self: &Arc<Self>, tree: &Arc<TreeCell>) {
+        let mut applied = 0;
+        loop {
+            let batch = {
+                let mut exits = tree.exits.lock();
+                if exits.queue.is_empty() {
+                    exits.draining = false;
+                    return;
+                }
+                std::mem::take(&mut exits.queue)
+            };
+            if applied >= DRAIN_BUDGET {
+                // Hand the rest to a fresh task (still draining), so one
+                // worker is not held by an endless stream of exits.
+                tree.exits.lock().queue.splice(0..0, batch);
+                let (inner, tree) = (self.clone(), tree.clone());
+                tokio::spawn(async move { inner.drain_exits(&tree) });
+                return;
+            }
+            applied += batch.len();
+            self.apply_exits(tree, batch);
+        }
+    }
+
+    /// Applies a batch of exits in one command round, then releases the
+    /// slots of the handlers that held one: a task settles before its slot
+    /// lets queued work run.
+    fn apply_exits(self: &Arc<Self>, tree: &Arc<TreeCell>, batch: Vec<Exit>) {
+        let mut cells = Vec::with_capacity(batch.len());
+        let finishes: Vec<(TaskId, Slot, HandlerOutcome)> = batch
+            .into_iter()
+            .map(|exit| {
+                cells.push(exit.cell);
+                (exit.id, exit.slot, exit.outcome)
+            })
+            .collect();
+        self.with_tree(tree, |st, now, _| {
+            for e in st
+                .forest
+                .finish_all(now, finishes)
+                .into_iter()
+                .filter_map(Result::err)
+            {
+                tracing::debug!(error = %e, "finish after the task ended");
+            }
+        });
+        let held = cells.iter().filter(|c| c.take_for_exit()).count();
+        if held > 0 {
+            let ready = self.sched.release_n(tree.root, held);
+            self.run_jobs(ready);
         }
     }
 
@@ -354,7 +594,8 @@ impl Inner {
             match st.forest.start(now, id) {
                 Ok(()) => {}
                 Err(TransitionError::Paused(_)) => {
-                    st.rt.entry(id).or_default().job = Some(job);
+                    let slot = st.forest.slot_of(id).expect("the task was just found paused");
+                    st.rt.entry(slot).rare_mut().job = Some(job);
                     return None;
                 }
                 Err(_) => return None,
@@ -372,26 +613,27 @@ impl Inner {
                         .map(|outcome| DependencyOutcome { id: *d, outcome })
                 })
                 .collect();
-            let parent = st.forest.task(id).and_then(TaskRecord::parent);
-            Some((job.body, deps, parent))
+            let slot = st.forest.slot_of(id).expect("the task was just started");
+            let parent = st.forest.task_at(slot).and_then(TaskRecord::parent);
+            Some((job.body, deps, parent, slot))
         });
-        let Some((body, deps, parent)) = started else {
+        let Some((body, deps, parent, slot)) = started else {
             return false;
         };
-        let ctx = TaskContext::new(self.clone(), tree, id, parent, deps, rerun);
+        let ctx = TaskContext::new(self.clone(), tree, id, slot, parent, deps, rerun);
         tokio::spawn(ctx.supervise(body));
         true
     }
 }
 
 /// A dependency of `dependent` became terminal.
-fn dependency_done(st: &mut TreeState, dependent: TaskId, post: &mut Post) {
-    let Some(rt) = st.rt.get_mut(&dependent) else {
+fn dependency_done(st: &mut TreeState, dependent: Slot, post: &mut Post) {
+    let Some(rare) = st.rt.get_mut(dependent).and_then(TaskRt::rare) else {
         return;
     };
-    rt.pending_deps = rt.pending_deps.saturating_sub(1);
-    if rt.pending_deps == 0
-        && let Some(job) = rt.job.take()
+    rare.pending_deps = rare.pending_deps.saturating_sub(1);
+    if rare.pending_deps == 0
+        && let Some(job) = rare.job.take()
     {
         post.submit(job, false);
     }
