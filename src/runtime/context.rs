@@ -2,17 +2,16 @@
 
 use std::future::{Future, IntoFuture};
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream};
-use parking_lot::Mutex;
 use tracing::Instrument;
 
 use super::error::{Interrupted, RuntimeError};
 use super::inner::Inner;
 use super::scheduler::Job;
-use super::tree::{Exit, HandlerBody, Post, Signal, StartJob, TaskRt, TreeCell, TreeState};
+use super::tree::{Exit, HandlerBody, Post, StartJob, TaskCell, TaskRt, TreeCell, TreeState};
 use crate::core::{
     ChildOptions, HandlerOutcome, Phase, SafePoint, Slot, TaskRecord, Terminal, TransitionError,
 };
@@ -162,23 +161,10 @@ impl From<TransitionError> for TaskError {
 /// Whether this handler holds a scheduler slot. A handler gives its slot
 /// back while it is parked (paused, awaiting input, awaiting a subtask) and
 /// takes one again before it continues.
-pub(crate) struct SlotCell {
-    root: TaskId,
-    state: Mutex<SlotState>,
-    /// The task's wake-up channel, fetched once under the tree lock, so
-    /// `cancelled()` and `is_cancelled()` then read its flag without it.
-    signal: OnceLock<Arc<Signal>>,
-}
-
-struct SlotState {
-    holding: bool,
-    blocked: u32,
-}
-
-impl SlotCell {
+impl TaskCell {
     fn block(&self, inner: &Arc<Inner>) {
         let release = {
-            let mut st = self.state.lock();
+            let mut st = self.slot.lock();
             st.blocked += 1;
             let release = st.blocked == 1 && st.holding;
             if release {
@@ -195,19 +181,19 @@ impl SlotCell {
     /// Whether the last parked wait is ending without a slot (it must take
     /// one before the handler runs on; it stays counted as blocked meanwhile).
     fn last_wait_without_slot(&self) -> bool {
-        let st = self.state.lock();
+        let st = self.slot.lock();
         st.blocked == 1 && !st.holding
     }
 
     /// Whether the handler may run only after taking a slot: it holds none
     /// and is not inside a parked wait (which takes one itself on the way out).
     fn needs_slot(&self) -> bool {
-        let st = self.state.lock();
+        let st = self.slot.lock();
         st.blocked == 0 && !st.holding
     }
 
     /// Takes a slot. The scheduler marks the slot held when it grants it
-    /// ([`SlotCell::grant`]), so a slot granted to a handler that is dropped
+    /// ([`TaskCell::grant`]), so a slot granted to a handler that is dropped
     /// before it runs again is still released on exit.
     async fn acquire(self: &Arc<Self>, inner: &Arc<Inner>) {
         if inner.sched.try_acquire(self.root) {
@@ -224,17 +210,34 @@ impl SlotCell {
     /// Records a slot as held (called by the scheduler as it grants one);
     /// `false` when the handler already held one (the grant is surplus).
     pub(crate) fn grant(&self) -> bool {
-        !std::mem::replace(&mut self.state.lock().holding, true)
+        !std::mem::replace(&mut self.slot.lock().holding, true)
+    }
+
+    /// Resolves once the cancel flag is set, woken through `grace` (the
+    /// handler's own task is the only one that waits here): no `Notify`
+    /// registration beside the handler's own waits.
+    fn ended(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.is_ending() {
+                return std::task::Poll::Ready(());
+            }
+            self.grace.register(cx.waker());
+            if self.is_ending() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
     }
 
     /// Takes back a grant whose receiver was gone; returns whether it was held.
     pub(crate) fn ungrant(&self) -> bool {
-        std::mem::replace(&mut self.state.lock().holding, false)
+        std::mem::replace(&mut self.slot.lock().holding, false)
     }
 
     /// The handler exited: whether it held a slot (which the caller releases).
     pub(crate) fn take_for_exit(&self) -> bool {
-        std::mem::replace(&mut self.state.lock().holding, false)
+        std::mem::replace(&mut self.slot.lock().holding, false)
     }
 }
 
@@ -243,7 +246,7 @@ impl SlotCell {
 /// timeout around a context call) takes a slot again before it runs on.
 struct Gated<F> {
     body: std::pin::Pin<Box<F>>,
-    slot: Arc<SlotCell>,
+    slot: Arc<TaskCell>,
     inner: Arc<Inner>,
     acquiring: Option<BoxFuture<'static, ()>>,
 }
@@ -275,14 +278,14 @@ impl<F: Future> Future for Gated<F> {
 /// without its slot back takes one at once, over the limit if need be: it
 /// runs on in the same poll, and a slot must never leak or be missing.
 struct BlockGuard<'a> {
-    slot: &'a SlotCell,
+    slot: &'a TaskCell,
     inner: &'a Arc<Inner>,
 }
 
 impl Drop for BlockGuard<'_> {
     fn drop(&mut self) {
         let force = {
-            let mut st = self.slot.state.lock();
+            let mut st = self.slot.slot.lock();
             st.blocked = st.blocked.saturating_sub(1);
             let force = st.blocked == 0 && !st.holding;
             if force {
@@ -308,8 +311,9 @@ pub struct TaskContext {
     /// The task's place in its forest (O(1) access without hashing).
     at: Slot,
     parent: Option<TaskId>,
-    slot: Arc<SlotCell>,
-    deps: Arc<[DependencyOutcome]>,
+    /// The task's cell: its cancel flag, wake-ups and scheduler slot.
+    slot: Arc<TaskCell>,
+    deps: Option<Arc<[DependencyOutcome]>>,
     rerun: bool,
 }
 
@@ -328,26 +332,20 @@ impl TaskContext {
         tree: Arc<TreeCell>,
         id: TaskId,
         at: Slot,
+        cell: Arc<TaskCell>,
         parent: Option<TaskId>,
         deps: Vec<DependencyOutcome>,
         rerun: bool,
     ) -> Self {
-        let slot = Arc::new(SlotCell {
-            root: tree.root,
-            state: Mutex::new(SlotState {
-                holding: true,
-                blocked: 0,
-            }),
-            signal: OnceLock::new(),
-        });
         TaskContext {
             inner,
             tree,
             id,
             at,
             parent,
-            slot,
-            deps: deps.into(),
+            slot: cell,
+            // No allocation for the common case of no dependencies.
+            deps: (!deps.is_empty()).then(|| deps.into()),
             rerun,
         }
     }
@@ -369,7 +367,7 @@ impl TaskContext {
 
     /// Outcomes of the dependencies named in [`SubtaskOptions::after`], in that order.
     pub fn dependencies(&self) -> &[DependencyOutcome] {
-        &self.deps
+        self.deps.as_deref().unwrap_or(&[])
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut TreeState, crate::model::Timestamp, &mut Post) -> R) -> R {
@@ -405,19 +403,10 @@ impl TaskContext {
         });
     }
 
-    /// This task's signal; `None` once the task is terminal or gone.
-    fn signal(&self) -> Option<&Arc<Signal>> {
-        if let Some(signal) = self.slot.signal.get() {
-            return Some(signal);
-        }
-        let signal = self.tree.state.lock().notify_at(self.at)?;
-        Some(self.slot.signal.get_or_init(|| signal))
-    }
-
     /// Whether a cancel was accepted (or a failure decided) for this task.
     /// Takes no lock after the first call.
     pub fn is_cancelled(&self) -> bool {
-        self.signal().is_none_or(|s| s.is_ending())
+        self.slot.is_ending()
     }
 
     /// Resolves once the task is being cancelled (or failed by its TTL or a
@@ -427,12 +416,12 @@ impl TaskContext {
     ///
     /// Safe to drop and to use in `select!`.
     pub async fn cancelled(&self) {
-        let Some(signal) = self.signal() else { return };
+        let cell = &self.slot;
         loop {
-            let notified = signal.notify.notified();
+            let notified = cell.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if signal.is_ending() {
+            if cell.is_ending() {
                 return;
             }
             notified.await;
@@ -795,7 +784,7 @@ impl TaskContext {
                         ))
                     }
                 },
-                () = async { ctx.cancelled().await; tokio::time::sleep(grace).await } => {
+                () = async { ctx.slot.ended().await; tokio::time::sleep(grace).await } => {
                     tracing::warn!(grace_ms = grace.as_millis() as u64, "handler ignored cancel; aborted");
                     HandlerOutcome::Aborted
                 }
@@ -883,7 +872,7 @@ impl SubtaskHandle {
     async fn child_outcome(&self) -> TaskOutcome {
         let id = self.id;
         loop {
-            let notify: Option<Arc<Signal>> = {
+            let notify: Option<Arc<TaskCell>> = {
                 let mut st = self.ctx.tree.state.lock();
                 match st.forest.task(id) {
                     None => return TaskOutcome::Cancelled,

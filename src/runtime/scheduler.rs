@@ -11,8 +11,8 @@ use tokio::sync::oneshot;
 
 use std::sync::Arc;
 
-use super::context::SlotCell;
 use super::tree::StartJob;
+use super::tree::TaskCell;
 use crate::core::IdMap;
 use crate::model::TaskId;
 
@@ -22,7 +22,7 @@ pub(crate) enum Job {
     Start(StartJob),
     /// Give a slot back to a handler that was parked (awaiting input, a
     /// subtask, or resume) and wants to continue.
-    Resume(Arc<SlotCell>, oneshot::Sender<()>),
+    Resume(Arc<TaskCell>, oneshot::Sender<()>),
 }
 
 struct TreeQueue {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use futures::future::BoxFuture;
+use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
@@ -39,26 +40,45 @@ pub(crate) struct StartJob {
     pub(crate) meta: Option<TreeMeta>,
 }
 
-/// A live task's wake-up channel, shared by everything that waits on the
-/// task (its handler, a parent awaiting it, subscribers).
-pub(crate) struct Signal {
+/// A live task's shared runtime state: its wake-up channel (for everything
+/// that waits on the task: its handler, a parent awaiting it, subscribers),
+/// its cancel flag, and, while its handler runs, whether that handler holds
+/// a scheduler slot. One allocation per task that is waited on or running.
+pub(crate) struct TaskCell {
     /// Woken on every change of the task (status, steer, input, resume, cancel).
     pub(crate) notify: Notify,
     /// Set under the tree lock once the task winds down (a cancel or a
     /// failure was decided) or ends, before its waiters are woken: the
     /// handler's `cancelled()` reads it without taking the tree lock.
     ending: AtomicBool,
-    /// The forest epoch of the last command that queued this signal for a
+    /// The forest epoch of the last command that queued this cell for a
     /// wake-up, so one command wakes it once however many effects it had.
     stamp: AtomicU64,
+    /// The handler's task, woken when the cancel flag is set so its grace
+    /// timer starts even if the handler itself waits on something else.
+    pub(crate) grace: AtomicWaker,
+    /// The root of the tree (the scheduler's key).
+    pub(crate) root: TaskId,
+    /// The handler's scheduler slot (see `context.rs`).
+    pub(crate) slot: Mutex<SlotState>,
 }
 
-impl Signal {
-    fn new(ending: bool) -> Arc<Signal> {
-        Arc::new(Signal {
+/// Whether a handler holds a scheduler slot, and how many parked waits it is in.
+#[derive(Default)]
+pub(crate) struct SlotState {
+    pub(crate) holding: bool,
+    pub(crate) blocked: u32,
+}
+
+impl TaskCell {
+    fn new(root: TaskId, ending: bool) -> Arc<TaskCell> {
+        Arc::new(TaskCell {
             notify: Notify::new(),
             ending: AtomicBool::new(ending),
             stamp: AtomicU64::new(u64::MAX),
+            grace: AtomicWaker::new(),
+            root,
+            slot: Mutex::new(SlotState::default()),
         })
     }
 
@@ -77,7 +97,7 @@ impl Signal {
 #[derive(Default)]
 pub(crate) struct TaskRt {
     /// Woken on every change of the task (status, steer, input, resume, cancel).
-    pub(crate) notify: Option<Arc<Signal>>,
+    pub(crate) notify: Option<Arc<TaskCell>>,
     /// What few tasks need, kept out of line so the table stays dense.
     rare: Option<Box<RareRt>>,
 }
@@ -237,20 +257,21 @@ impl Owner {
 impl TreeState {
     /// The task's notifier, created on demand; `None` once terminal or gone
     /// (a terminal task never changes again).
-    pub(crate) fn notify_of(&mut self, id: TaskId) -> Option<Arc<Signal>> {
+    pub(crate) fn notify_of(&mut self, id: TaskId) -> Option<Arc<TaskCell>> {
         let slot = self.forest.slot_of(id)?;
         self.notify_at(slot)
     }
 
     /// [`TreeState::notify_of`] by slot.
-    pub(crate) fn notify_at(&mut self, slot: Slot) -> Option<Arc<Signal>> {
+    pub(crate) fn notify_at(&mut self, slot: Slot) -> Option<Arc<TaskCell>> {
         let rec = self.forest.task_at(slot).filter(|r| !r.is_terminal())?;
         let ending = rec.is_winding_down();
+        let root = rec.root();
         Some(
             self.rt
                 .entry(slot)
                 .notify
-                .get_or_insert_with(|| Signal::new(ending))
+                .get_or_insert_with(|| TaskCell::new(root, ending))
                 .clone(),
         )
     }
@@ -294,8 +315,8 @@ pub(crate) struct Exit {
     pub(crate) id: TaskId,
     pub(crate) slot: Slot,
     pub(crate) outcome: HandlerOutcome,
-    /// Its scheduler slot, released once the task has settled.
-    pub(crate) cell: Arc<super::context::SlotCell>,
+    /// Its cell: the scheduler slot is released once the task has settled.
+    pub(crate) cell: Arc<TaskCell>,
 }
 
 /// Exits applied by one drainer before it hands the rest to a fresh tokio
@@ -305,7 +326,7 @@ const DRAIN_BUDGET: usize = 4096;
 /// What to do once the tree lock is released.
 #[derive(Default)]
 pub(crate) struct Post {
-    notify: Vec<Arc<Signal>>,
+    notify: Vec<Arc<TaskCell>>,
     tree_changed: bool,
     created: Vec<TaskId>,
     deleted: Vec<TaskId>,
@@ -318,7 +339,7 @@ pub(crate) struct Post {
 
 impl Post {
     /// Queues a wake-up of `signal`, once per command.
-    fn wake(&mut self, signal: &Arc<Signal>, stamp: u64) {
+    fn wake(&mut self, signal: &Arc<TaskCell>, stamp: u64) {
         if signal.stamp.swap(stamp, Ordering::Relaxed) != stamp {
             self.notify.push(signal.clone());
         }
@@ -460,8 +481,12 @@ impl Inner {
         }
         // Each task is woken once per command (`Post::wake`), in effect
         // order (cancels reach the leaves first), however many effects it had.
-        for signal in post.notify {
-            signal.notify.notify_waiters();
+        for cell in post.notify {
+            cell.notify.notify_waiters();
+            if cell.is_ending() {
+                // Starts the handler's grace timer (a no-op once woken).
+                cell.grace.wake();
+            }
         }
         if post.tree_changed {
             tree.changed.notify_waiters();
@@ -615,12 +640,16 @@ impl Inner {
                 .collect();
             let slot = st.forest.slot_of(id).expect("the task was just started");
             let parent = st.forest.task_at(slot).and_then(TaskRecord::parent);
-            Some((job.body, deps, parent, slot))
+            // The handler's cell exists from its start: its cancel flag is
+            // then always current, and it starts holding its slot.
+            let cell = st.notify_at(slot).expect("a started task is live");
+            cell.slot.lock().holding = true;
+            Some((job.body, deps, parent, slot, cell))
         });
-        let Some((body, deps, parent, slot)) = started else {
+        let Some((body, deps, parent, slot, cell)) = started else {
             return false;
         };
-        let ctx = TaskContext::new(self.clone(), tree, id, slot, parent, deps, rerun);
+        let ctx = TaskContext::new(self.clone(), tree, id, slot, cell, parent, deps, rerun);
         tokio::spawn(ctx.supervise(body));
         true
     }
