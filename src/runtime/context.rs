@@ -299,6 +299,16 @@ impl Drop for BlockGuard<'_> {
     }
 }
 
+/// What a handler starts with (from `Inner::start_job`).
+pub(crate) struct Started {
+    pub(crate) id: TaskId,
+    pub(crate) slot: Slot,
+    pub(crate) cell: Arc<TaskCell>,
+    pub(crate) parent: Option<TaskId>,
+    pub(crate) deps: Vec<DependencyOutcome>,
+    pub(crate) rerun: bool,
+}
+
 /// The handler's view of its task. Cheap to clone.
 ///
 /// Every waiting method is cancellation safe: dropping its future leaves the
@@ -327,26 +337,17 @@ impl std::fmt::Debug for TaskContext {
 }
 
 impl TaskContext {
-    pub(crate) fn new(
-        inner: Arc<Inner>,
-        tree: Arc<TreeCell>,
-        id: TaskId,
-        at: Slot,
-        cell: Arc<TaskCell>,
-        parent: Option<TaskId>,
-        deps: Vec<DependencyOutcome>,
-        rerun: bool,
-    ) -> Self {
+    pub(crate) fn new(inner: Arc<Inner>, tree: Arc<TreeCell>, start: Started) -> Self {
         TaskContext {
             inner,
             tree,
-            id,
-            at,
-            parent,
-            slot: cell,
+            id: start.id,
+            at: start.slot,
+            parent: start.parent,
+            slot: start.cell,
             // No allocation for the common case of no dependencies.
-            deps: (!deps.is_empty()).then(|| deps.into()),
-            rerun,
+            deps: (!start.deps.is_empty()).then(|| start.deps.into()),
+            rerun: start.rerun,
         }
     }
 

@@ -15,7 +15,7 @@ use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::context::{DependencyOutcome, HandlerResult, TaskContext, TaskOutcome};
+use super::context::{DependencyOutcome, HandlerResult, Started, TaskContext, TaskOutcome};
 use super::error::RuntimeError;
 use super::inner::Inner;
 use super::scheduler::Job;
@@ -649,7 +649,15 @@ impl Inner {
         let Some((body, deps, parent, slot, cell)) = started else {
             return false;
         };
-        let ctx = TaskContext::new(self.clone(), tree, id, slot, cell, parent, deps, rerun);
+        let start = Started {
+            id,
+            slot,
+            cell,
+            parent,
+            deps,
+            rerun,
+        };
+        let ctx = TaskContext::new(self.clone(), tree, start);
         tokio::spawn(ctx.supervise(body));
         true
     }
