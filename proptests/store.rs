@@ -5,11 +5,11 @@
 //!
 //! The command sequences are the lifecycle property test's
 //! (`support/commands.rs`), run through its harness, so every step is still
-//! checked against the reference model. After every command its `Persist`,
+//! checked against the reference model. After every command its `Changed`,
 //! `Created` and `TreeDeleted` effects become one `WriteBatch` per touched
 //! tree, exactly as `Inner::absorb` (`src/runtime/tree.rs`) builds them: a
 //! `PutTree` first in the batch that creates a root, a `PutTask` with
-//! `encode_state` of the record as the command left it for every `Persist`,
+//! `encode_state` of the record as the command left it for every `Changed`,
 //! a `DeleteTree` for a deleted tree, the tree's version incremented per
 //! batch. Every batch goes to a `MemoryStore` and to a `SqliteStore` on a
 //! real file.
@@ -423,7 +423,7 @@ fn check_against_forest(
             }
             if t.state != live_state {
                 return Err(format!(
-                    "task {}: the stored state is not the live record (a change without Persist?)\n stored {}\n live   {}",
+                    "task {}: the stored state is not the live record (a change without Changed?)\n stored {}\n live   {}",
                     t.id, t.state, live_state
                 ));
             }

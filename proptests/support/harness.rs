@@ -729,8 +729,7 @@ impl Harness {
                 | Effect::SteerQueued { id, slot }
                 | Effect::InputAnswered { id, slot, .. }
                 | Effect::WakeHandler { id, slot }
-                | Effect::CancelHandler { id, slot }
-                | Effect::Persist { id, slot } => Some((*id, *slot)),
+                | Effect::CancelHandler { id, slot } => Some((*id, *slot)),
                 _ => None,
             };
             if let Some((id, slot)) = named {
@@ -1025,7 +1024,6 @@ impl Harness {
         let mut cancel = BTreeSet::new();
         let mut woken = BTreeSet::new();
         let mut changed: BTreeMap<usize, (TaskStatus, TaskStatus, usize)> = BTreeMap::new();
-        let mut persisted = BTreeSet::new();
         for (pos, e) in effects.iter().enumerate() {
             let known = |id: TaskId| idx(id).ok_or_else(|| format!("effect {e:?} names an unknown task"));
             match e {
@@ -1056,9 +1054,6 @@ impl Harness {
                 }
                 Effect::CancelHandler { id, .. } => {
                     ensure!(cancel.insert(known(*id)?), "two CancelHandler for one task");
-                }
-                Effect::Persist { id, .. } => {
-                    persisted.insert(known(*id)?);
                 }
                 Effect::TreeDeleted { root, ids } => {
                     let r = known(*root)?;
@@ -1116,7 +1111,6 @@ impl Harness {
         // Changed{from, to}: once per task, from/to are the statuses around the
         // command, present for every observable change, with lastUpdatedAt stamped.
         for (&i, &(from, to, _)) in &changed {
-            ensure!(persisted.contains(&i), "Changed without Persist for t{i}");
             if let Some(Some(b)) = before.get(i) {
                 ensure!(
                     from == b.status(),

@@ -19,8 +19,9 @@ pub enum Effect {
         /// Its parent, if a subtask.
         parent: Option<TaskId>,
     },
-    /// The task changed observably during the last command (emitted once per
-    /// command and task). `from == to` means a non-status change: status
+    /// The task's record changed during the last command (emitted once per
+    /// command and task): wake what waits on it and, with a store, write the
+    /// record as it is now. `from == to` means a non-status change: status
     /// message, children, input requests, TTL.
     Changed {
         /// The task.
@@ -69,13 +70,6 @@ pub enum Effect {
     ArmTimer {
         /// When.
         at: Timestamp,
-    },
-    /// The task's record changed and must be written to the store.
-    Persist {
-        /// The task.
-        id: TaskId,
-        /// Its slot in the forest ([`Forest::task_at`](super::Forest::task_at)).
-        slot: Slot,
     },
     /// A whole tree was deleted (after its TTL and grace, or on request).
     TreeDeleted {

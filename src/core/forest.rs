@@ -356,15 +356,15 @@ impl Forest {
         debug_assert!(self.touched.is_empty());
     }
 
-    /// Ends a command: stamps `lastUpdatedAt` and emits `Changed` and
-    /// `Persist` once for every task the command modified.
+    /// Ends a command: stamps `lastUpdatedAt` and emits `Changed` once for
+    /// every task the command modified.
     pub(crate) fn end(&mut self) {
         let now = self.now;
         let mut touched = std::mem::take(&mut self.touched);
         // Terminal tasks are reported deepest first, so a task's terminal
         // `Changed` always follows its children's (I6).
         let mut terminal: Vec<(u32, Slot, TaskId, TaskStatus, TaskStatus)> = Vec::new();
-        self.effects.reserve(2 * touched.len());
+        self.effects.reserve(touched.len());
         for &(slot, from) in &touched {
             let Some(rec) = self.tasks.at_mut(slot) else {
                 continue;
@@ -377,12 +377,10 @@ impl Forest {
                 continue;
             }
             self.effects.push_back(Effect::Changed { id, slot, from, to });
-            self.effects.push_back(Effect::Persist { id, slot });
         }
         terminal.sort_by_key(|t| std::cmp::Reverse(t.0));
         for (_, slot, id, from, to) in terminal {
             self.effects.push_back(Effect::Changed { id, slot, from, to });
-            self.effects.push_back(Effect::Persist { id, slot });
         }
         // Keep the buffer for the next command.
         touched.clear();

@@ -454,7 +454,6 @@ impl Inner {
                     }
                     post.deleted.extend(ids);
                 }
-                Effect::Persist { .. } => {}
             }
         }
         if let (Some(store), false) = (&self.store, ops.is_empty()) {

@@ -139,15 +139,15 @@ pub enum WriteOp {
 }
 
 impl WriteOp {
-    /// The write an effect of `forest` asks for: `Persist` writes the
+    /// The write an effect of `forest` asks for: `Changed` writes the
     /// record as it is now (nothing when it is gone: its tree was deleted
     /// later in the same command), `TreeDeleted` deletes the tree; other
     /// effects write nothing. (`PutTree` carries what only the caller
     /// knows: who started the tree and how.)
     pub fn for_effect(forest: &crate::core::Forest, effect: &crate::core::Effect) -> Option<WriteOp> {
         match effect {
-            crate::core::Effect::Persist { id, .. } => {
-                forest.task(*id).map(|r| WriteOp::PutTask(StoredTask::of(r)))
+            crate::core::Effect::Changed { slot, .. } => {
+                forest.task_at(*slot).map(|r| WriteOp::PutTask(StoredTask::of(r)))
             }
             crate::core::Effect::TreeDeleted { root, .. } => Some(WriteOp::DeleteTree(*root)),
             _ => None,
