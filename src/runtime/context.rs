@@ -244,28 +244,27 @@ impl TaskCell {
 /// Polls a handler body only while it may run: holding a slot or inside a
 /// parked wait. A handler that dropped a parked wait midway (a `select!` or a
 /// timeout around a context call) takes a slot again before it runs on.
-struct Gated<F> {
-    body: std::pin::Pin<Box<F>>,
-    slot: Arc<TaskCell>,
-    inner: Arc<Inner>,
-    acquiring: Option<BoxFuture<'static, ()>>,
+struct Gated<'a> {
+    body: BoxFuture<'static, HandlerResult>,
+    ctx: &'a TaskContext,
+    acquiring: Option<BoxFuture<'a, ()>>,
 }
 
-impl<F: Future> Future for Gated<F> {
-    type Output = F::Output;
+impl Future for Gated<'_> {
+    type Output = HandlerResult;
 
     fn poll(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<F::Output> {
+    ) -> std::task::Poll<HandlerResult> {
         loop {
             if let Some(acq) = self.acquiring.as_mut() {
                 std::task::ready!(acq.as_mut().poll(cx));
                 self.acquiring = None;
             }
-            if self.slot.needs_slot() {
-                let (slot, inner) = (self.slot.clone(), self.inner.clone());
-                self.acquiring = Some(Box::pin(async move { slot.acquire(&inner).await }));
+            if self.ctx.slot.needs_slot() {
+                let ctx = self.ctx;
+                self.acquiring = Some(Box::pin(async move { ctx.slot.acquire(&ctx.inner).await }));
                 continue;
             }
             return self.body.as_mut().poll(cx);
@@ -748,19 +747,18 @@ impl TaskContext {
 
     /// Runs the handler, turning its return, error, panic or abort into the
     /// task's `finish`.
-    pub(crate) async fn supervise(self, body: HandlerBody) {
+    pub(crate) fn supervise(self, body: HandlerBody) -> impl Future<Output = ()> + Send + 'static {
         let span = tracing::info_span!(
             "task",
             task_id = %self.id,
             parent_task_id = ?self.parent.map(|p| p.to_string()),
             root = %self.tree.root,
         );
-        let ctx = self.clone();
+        let ctx = self;
         async move {
             let gated = Gated {
-                body: Box::pin(body(ctx.clone())),
-                slot: ctx.slot.clone(),
-                inner: ctx.inner.clone(),
+                body: body(ctx.clone()),
+                ctx: &ctx,
                 acquiring: None,
             };
             let run = AssertUnwindSafe(gated).catch_unwind();
@@ -785,7 +783,9 @@ impl TaskContext {
                         ))
                     }
                 },
-                () = async { ctx.slot.ended().await; tokio::time::sleep(grace).await } => {
+                // The timer is boxed: it exists only for a handler that
+                // ignores its cancel, and every task stays smaller without it.
+                () = async { ctx.slot.ended().await; Box::pin(tokio::time::sleep(grace)).await } => {
                     tracing::warn!(grace_ms = grace.as_millis() as u64, "handler ignored cancel; aborted");
                     HandlerOutcome::Aborted
                 }
@@ -801,7 +801,6 @@ impl TaskContext {
             ctx.inner.exit(&ctx.tree, exit);
         }
         .instrument(span)
-        .await;
     }
 }
 
