@@ -15,6 +15,12 @@
 //! (for quick before/after comparisons of the cancel path);
 //! `SUBTASK_BENCH_ONLY=get` only `get_1m_live` and `get_flatness`.
 
+/// The `subtask` binary's allocator (see `src/main.rs`), so the figures are
+/// the server's; `--no-default-features` measures with the system allocator.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::future::Future;
 use std::hint::black_box;
 use std::sync::Arc;

@@ -11,6 +11,12 @@
 //! Prints one line per figure; context lines start with `#`. Run with
 //! `cargo bench --bench store`.
 
+/// The `subtask` binary's allocator (see `src/main.rs`), so the figures are
+/// the server's; `--no-default-features` measures with the system allocator.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
