@@ -28,11 +28,20 @@ impl Slot {
 /// (most trees are a single task) holds no hash index at all.
 const SCAN_MAX: usize = 8;
 
+/// Records per chunk. The first chunk grows like a vector (one record for
+/// a one-task tree); later chunks are allocated whole, so a large tree
+/// never copies its records into a twice larger buffer and wastes at most
+/// one partly filled chunk.
+const CHUNK: usize = 512;
+
 /// Records by slot, and an id index.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct TaskTable {
-    /// By slot; `None` once the task's tree was deleted (slots are not reused).
-    records: Vec<Option<TaskRecord>>,
+    /// Slots `0..CHUNK`; `None` once the task's tree was deleted (slots are
+    /// not reused).
+    first: Vec<Option<TaskRecord>>,
+    /// Slots from `CHUNK` on, `CHUNK` per vector.
+    rest: Vec<Vec<Option<TaskRecord>>>,
     /// Id to slot, built once the table outgrows [`SCAN_MAX`].
     index: IdMap<Slot>,
     /// Records that are `Some`.
@@ -49,10 +58,36 @@ impl TaskTable {
         self.len == 0
     }
 
+    /// Number of slots handed out (deleted records included).
+    fn slots(&self) -> usize {
+        match self.rest.last() {
+            None => self.first.len(),
+            Some(last) => CHUNK * self.rest.len() + last.len(),
+        }
+    }
+
+    fn entry(&self, slot: Slot) -> Option<&Option<TaskRecord>> {
+        let i = slot.index();
+        if i < CHUNK {
+            self.first.get(i)
+        } else {
+            self.rest.get(i / CHUNK - 1)?.get(i % CHUNK)
+        }
+    }
+
+    fn entry_mut(&mut self, slot: Slot) -> Option<&mut Option<TaskRecord>> {
+        let i = slot.index();
+        if i < CHUNK {
+            self.first.get_mut(i)
+        } else {
+            self.rest.get_mut(i / CHUNK - 1)?.get_mut(i % CHUNK)
+        }
+    }
+
     /// The slot of `id`, in O(1).
     pub(crate) fn slot_of(&self, id: &TaskId) -> Option<Slot> {
-        if self.records.len() <= SCAN_MAX {
-            self.records
+        if self.slots() <= SCAN_MAX {
+            self.first
                 .iter()
                 .position(|r| r.as_ref().is_some_and(|r| r.id == *id))
                 .map(|i| Slot(i as u32))
@@ -71,44 +106,55 @@ impl TaskTable {
 
     /// The record in `slot`, `None` if its tree was deleted.
     pub(crate) fn at(&self, slot: Slot) -> Option<&TaskRecord> {
-        self.records.get(slot.index())?.as_ref()
+        self.entry(slot)?.as_ref()
     }
 
     pub(crate) fn at_mut(&mut self, slot: Slot) -> Option<&mut TaskRecord> {
-        self.records.get_mut(slot.index())?.as_mut()
+        self.entry_mut(slot)?.as_mut()
     }
 
     /// The slot the next inserted record gets.
     pub(crate) fn next_slot(&self) -> Slot {
-        Slot(u32::try_from(self.records.len()).expect("fewer than 2^32 tasks in one forest"))
+        Slot(u32::try_from(self.slots()).expect("fewer than 2^32 tasks in one forest"))
     }
 
     /// Appends a record (its id must be new) and returns its slot.
     pub(crate) fn insert(&mut self, rec: TaskRecord) -> Slot {
         let slot = self.next_slot();
-        if self.records.len() == SCAN_MAX {
+        let n = slot.index();
+        if n == SCAN_MAX {
             // Outgrowing the linear scan: index every record so far.
-            for (i, r) in self.records.iter().enumerate() {
+            for (i, r) in self.first.iter().enumerate() {
                 if let Some(r) = r {
                     self.index.insert(r.id, Slot(i as u32));
                 }
             }
         }
-        if self.records.len() >= SCAN_MAX {
+        if n >= SCAN_MAX {
             self.index.insert(rec.id, slot);
         }
-        if self.records.capacity() == 0 {
-            // A one-task tree keeps exactly one record's worth.
-            self.records.reserve_exact(1);
+        if n < CHUNK {
+            if self.first.capacity() == 0 {
+                // A one-task tree keeps exactly one record's worth.
+                self.first.reserve_exact(1);
+            }
+            self.first.push(Some(rec));
+        } else {
+            if n % CHUNK == 0 {
+                self.rest.push(Vec::with_capacity(CHUNK));
+            }
+            self.rest
+                .last_mut()
+                .expect("a chunk was just added")
+                .push(Some(rec));
         }
-        self.records.push(Some(rec));
         self.len += 1;
         slot
     }
 
     /// Removes the record in `slot` (its slot stays taken).
     pub(crate) fn remove(&mut self, slot: Slot) -> Option<TaskRecord> {
-        let rec = self.records.get_mut(slot.index())?.take()?;
+        let rec = self.entry_mut(slot)?.take()?;
         self.index.remove(&rec.id);
         self.len -= 1;
         if self.len == 0 {
@@ -120,15 +166,16 @@ impl TaskTable {
 
     /// Every record with its slot, in creation order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (Slot, &TaskRecord)> + '_ {
-        self.records
+        self.first
             .iter()
+            .chain(self.rest.iter().flatten())
             .enumerate()
             .filter_map(|(i, r)| r.as_ref().map(|r| (Slot(i as u32), r)))
     }
 
     /// Every record, in creation order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &TaskRecord> + '_ {
-        self.records.iter().flatten()
+        self.first.iter().chain(self.rest.iter().flatten()).flatten()
     }
 }
 
@@ -151,5 +198,52 @@ impl std::ops::Index<&TaskId> for TaskTable {
 
     fn index(&self, id: &TaskId) -> &TaskRecord {
         self.get(id).expect("an id validated by the command resolves")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::core::{ChildOptions, Forest, HandlerOutcome, RootOptions, Slot};
+    use crate::model::{JsonObject, Timestamp};
+
+    /// Across the linear-scan limit and several chunk boundaries, every id
+    /// finds its slot, every slot its record, in creation order; deleting a
+    /// tree leaves the other tree's slots intact.
+    #[test]
+    fn slots_survive_scan_limit_chunk_boundaries_and_deletion() {
+        let t = Timestamp::from_millis(1_000);
+        let mut f = Forest::default();
+        let small = f.create_root(t, RootOptions::default()).unwrap();
+        let root = f.create_root(t, RootOptions::default()).unwrap();
+        f.start(t, root).unwrap();
+        let kids: Vec<_> = (0..2 * super::CHUNK + 7)
+            .map(|_| f.create_child(t, root, ChildOptions::default()).unwrap())
+            .collect();
+        let all: Vec<_> = [small, root].into_iter().chain(kids.iter().copied()).collect();
+        for (i, id) in all.iter().enumerate() {
+            let slot = f.slot_of(*id).expect("every id has a slot");
+            assert_eq!(slot, Slot(i as u32), "slots follow creation order");
+            assert_eq!(f.task_at(slot).map(|r| r.id()), Some(*id));
+        }
+        assert_eq!(f.ids().collect::<Vec<_>>(), all);
+        f.check_invariants().unwrap();
+        // Finish and delete the big tree: its slots become tombstones.
+        for &k in &kids {
+            f.start(t, k).unwrap();
+            f.finish(t, k, HandlerOutcome::Returned(JsonObject::new()))
+                .unwrap();
+        }
+        f.finish(t, root, HandlerOutcome::Returned(JsonObject::new()))
+            .unwrap();
+        f.delete_tree(t, root).unwrap();
+        assert_eq!(f.len(), 1);
+        assert_eq!(f.slot_of(small), Some(Slot(0)));
+        assert!(f.slot_of(kids[700]).is_none());
+        assert!(f.task_at(Slot(700)).is_none());
+        // New tasks take new slots, never a deleted one's.
+        f.start(t, small).unwrap();
+        let late = f.create_child(t, small, ChildOptions::default()).unwrap();
+        assert_eq!(f.slot_of(late), Some(Slot(all.len() as u32)));
+        f.check_invariants().unwrap();
     }
 }
