@@ -13,7 +13,8 @@
 //!
 //! `SUBTASK_BENCH_ONLY=cancel` runs only the `cancel_subtree_100k` figure
 //! (for quick before/after comparisons of the cancel path);
-//! `SUBTASK_BENCH_ONLY=get` only `get_1m_live` and `get_flatness`.
+//! `SUBTASK_BENCH_ONLY=get` only `get_1m_live` and `get_flatness`;
+//! `SUBTASK_BENCH_ONLY=memory` only `bytes_per_task`.
 
 /// The `subtask` binary's allocator (see `src/main.rs`), so the figures are
 /// the server's; `--no-default-features` measures with the system allocator.
@@ -662,6 +663,13 @@ fn main() {
     println!("# load average at start: {}", load_average());
     if std::env::var(ONLY_ENV).as_deref() == Ok("cancel") {
         cancel_figure();
+        return;
+    }
+    if std::env::var(ONLY_ENV).as_deref() == Ok("memory") {
+        let (single, _) = memory("single", 200_000);
+        let (tree, _) = memory("tree", 200_000);
+        println!("# bytes_per_task inside one tree: {tree:.0}");
+        println!("bytes_per_task: subtask={single:.0}");
         return;
     }
     if std::env::var(ONLY_ENV).as_deref() == Ok("get") {

@@ -13,6 +13,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 
 use super::config::ForestConfig;
 use super::effect::Effect;
@@ -118,7 +119,8 @@ pub struct ChildOptions {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Forest {
-    pub(crate) config: ForestConfig,
+    /// Shared by the forests of one runtime (one pointer per tree).
+    pub(crate) config: Arc<ForestConfig>,
     /// Records in creation order, found by id through an index (none for
     /// small trees).
     pub(crate) tasks: TaskTable,
@@ -146,9 +148,9 @@ impl Default for Forest {
 
 impl Forest {
     /// An empty forest.
-    pub fn new(config: ForestConfig) -> Self {
+    pub fn new(config: impl Into<Arc<ForestConfig>>) -> Self {
         Forest {
-            config,
+            config: config.into(),
             tasks: TaskTable::default(),
             timers: BinaryHeap::new(),
             stale_timers: 0,

@@ -183,7 +183,7 @@ impl Forest {
     /// does not resolve, a gap or clash in a parent's child positions, a
     /// task not reachable from the root (a cycle), or any violated invariant.
     pub fn restore(
-        config: ForestConfig,
+        config: impl Into<std::sync::Arc<ForestConfig>>,
         root: TaskId,
         records: Vec<TaskRecord>,
         now: Timestamp,

@@ -34,24 +34,43 @@ const SCAN_MAX: usize = 8;
 /// one partly filled chunk.
 const CHUNK: usize = 512;
 
+/// Full-size chunks of records (see [`CHUNK`]).
+#[derive(Debug, Clone, Default)]
+struct Chunks(Vec<Vec<Option<TaskRecord>>>);
+
+impl std::ops::Deref for Chunks {
+    type Target = Vec<Vec<Option<TaskRecord>>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Chunks {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
 /// Records by slot, and an id index.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct TaskTable {
     /// Slots `0..CHUNK`; `None` once the task's tree was deleted (slots are
     /// not reused).
     first: Vec<Option<TaskRecord>>,
-    /// Slots from `CHUNK` on, `CHUNK` per vector.
-    rest: Vec<Vec<Option<TaskRecord>>>,
+    /// Slots from `CHUNK` on, `CHUNK` per vector (boxed: most trees never
+    /// have any, and every tree's table stays small).
+    rest: Option<Box<Chunks>>,
     /// Id to slot, built once the table outgrows [`SCAN_MAX`].
     index: IdMap<Slot>,
     /// Records that are `Some`.
-    len: usize,
+    len: u32,
 }
 
 impl TaskTable {
     /// Number of records (deleted ones excluded).
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -60,9 +79,13 @@ impl TaskTable {
 
     /// Number of slots handed out (deleted records included).
     fn slots(&self) -> usize {
-        match self.rest.last() {
+        match self
+            .rest
+            .as_deref()
+            .and_then(|r| r.last().map(|last| (r.len(), last.len())))
+        {
             None => self.first.len(),
-            Some(last) => CHUNK * self.rest.len() + last.len(),
+            Some((chunks, last)) => CHUNK * chunks + last,
         }
     }
 
@@ -71,7 +94,7 @@ impl TaskTable {
         if i < CHUNK {
             self.first.get(i)
         } else {
-            self.rest.get(i / CHUNK - 1)?.get(i % CHUNK)
+            self.rest.as_deref()?.get(i / CHUNK - 1)?.get(i % CHUNK)
         }
     }
 
@@ -80,7 +103,10 @@ impl TaskTable {
         if i < CHUNK {
             self.first.get_mut(i)
         } else {
-            self.rest.get_mut(i / CHUNK - 1)?.get_mut(i % CHUNK)
+            self.rest
+                .as_deref_mut()?
+                .get_mut(i / CHUNK - 1)?
+                .get_mut(i % CHUNK)
         }
     }
 
@@ -140,13 +166,11 @@ impl TaskTable {
             }
             self.first.push(Some(rec));
         } else {
-            if n % CHUNK == 0 {
-                self.rest.push(Vec::with_capacity(CHUNK));
+            let rest = self.rest.get_or_insert_with(Box::default);
+            if n.is_multiple_of(CHUNK) {
+                rest.push(Vec::with_capacity(CHUNK));
             }
-            self.rest
-                .last_mut()
-                .expect("a chunk was just added")
-                .push(Some(rec));
+            rest.last_mut().expect("a chunk was just added").push(Some(rec));
         }
         self.len += 1;
         slot
@@ -168,14 +192,17 @@ impl TaskTable {
     pub(crate) fn iter(&self) -> impl Iterator<Item = (Slot, &TaskRecord)> + '_ {
         self.first
             .iter()
-            .chain(self.rest.iter().flatten())
+            .chain(self.rest.iter().flat_map(|r| r.iter()).flatten())
             .enumerate()
             .filter_map(|(i, r)| r.as_ref().map(|r| (Slot(i as u32), r)))
     }
 
     /// Every record, in creation order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &TaskRecord> + '_ {
-        self.first.iter().chain(self.rest.iter().flatten()).flatten()
+        self.first
+            .iter()
+            .chain(self.rest.iter().flat_map(|r| r.iter()).flatten())
+            .flatten()
     }
 }
 

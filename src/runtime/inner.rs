@@ -82,6 +82,8 @@ impl TimerQueue {
 
 pub(crate) struct Inner {
     pub(crate) config: RuntimeConfig,
+    /// `config.forest`, shared by every tree's forest.
+    pub(crate) forest_config: Arc<crate::core::ForestConfig>,
     index: Box<[Mutex<IdMap<Arc<TreeCell>>>]>,
     pub(crate) tools: RwLock<HashMap<String, Arc<dyn ToolHandler>>>,
     pub(crate) sched: Scheduler,
@@ -95,6 +97,7 @@ impl Inner {
     pub(crate) fn new(config: RuntimeConfig, store: Option<Arc<dyn TaskStore>>) -> Self {
         Inner {
             config,
+            forest_config: Arc::new(config.forest),
             index: (0..INDEX_SHARDS).map(|_| Mutex::new(IdMap::default())).collect(),
             tools: RwLock::new(HashMap::new()),
             sched: Scheduler::new(config.max_running, config.max_running_per_tree),

@@ -240,7 +240,7 @@ impl Runtime {
         if opts.poll_interval_ms.is_none() {
             opts.poll_interval_ms = inner.config.default_poll_interval_ms;
         }
-        let mut forest = Forest::new(inner.config.forest);
+        let mut forest = Forest::new(inner.forest_config.clone());
         let id = forest
             .create_root(inner.now(), opts)
             .expect("creating a root task has no failure mode");

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::Runtime;
 use super::tree::{Durable, HandlerBody, Owner, Post, RtTable, StartJob, TreeCell, TreeState};
-use super::{Runtime, RuntimeConfig};
 use crate::core::{Forest, TaskRecord, decode_state};
 use crate::store::{StoreError, StoredTree, TreeMeta};
 
@@ -48,7 +48,7 @@ impl std::fmt::Display for RecoveryReport {
 
 /// Rebuilds one stored tree, or says what is wrong with it.
 fn restore(
-    config: &RuntimeConfig,
+    config: &Arc<crate::core::ForestConfig>,
     tree: StoredTree,
     now: crate::model::Timestamp,
 ) -> Result<(TreeMeta, Forest, u64), String> {
@@ -61,7 +61,7 @@ fn restore(
             .map_err(|e| format!("tree {root}: task {}: {e}", t.id))?;
         records.push(rec);
     }
-    let forest = Forest::restore(config.forest, root, records, now).map_err(|e| e.to_string())?;
+    let forest = Forest::restore(config.clone(), root, records, now).map_err(|e| e.to_string())?;
     Ok((tree.meta, forest, version))
 }
 
@@ -103,7 +103,7 @@ impl Runtime {
         let mut restored = Vec::with_capacity(stored.len());
         let mut broken = Vec::new();
         for tree in stored {
-            match restore(&inner.config, tree, now) {
+            match restore(&inner.forest_config, tree, now) {
                 Ok(t) => restored.push(t),
                 Err(e) => broken.push(e),
             }

@@ -284,8 +284,8 @@ pub(crate) struct TreeCell {
     /// Woken whenever any task of the tree changes.
     pub(crate) changed: Notify,
     /// Handlers that returned and wait for their `finish` to be applied
-    /// ([`Inner::exit`]).
-    exits: Mutex<Exits>,
+    /// ([`Inner::exit`]); boxed while any wait, `None` otherwise.
+    exits: Mutex<Option<Box<Exits>>>,
 }
 
 /// Exits waiting for the tree lock. A returning handler never blocks on the
@@ -305,7 +305,7 @@ impl TreeCell {
             root,
             state: Mutex::new(state),
             changed: Notify::new(),
-            exits: Mutex::new(Exits::default()),
+            exits: Mutex::new(None),
         }
     }
 }
@@ -508,7 +508,8 @@ impl Inner {
     /// the returning handlers never wait for the tree lock).
     pub(crate) fn exit(self: &Arc<Self>, tree: &Arc<TreeCell>, exit: Exit) {
         let drain = {
-            let mut exits = tree.exits.lock();
+            let mut guard = tree.exits.lock();
+            let exits = guard.get_or_insert_with(Box::default);
             exits.queue.push(exit);
             !std::mem::replace(&mut exits.draining, true)
         };
@@ -524,17 +525,22 @@ impl Inner {
         let mut applied = 0;
         loop {
             let batch = {
-                let mut exits = tree.exits.lock();
-                if exits.queue.is_empty() {
-                    exits.draining = false;
-                    return;
+                let mut guard = tree.exits.lock();
+                match guard.as_mut() {
+                    Some(exits) if !exits.queue.is_empty() => std::mem::take(&mut exits.queue),
+                    // Drained: the next exit starts over (and drains).
+                    _ => {
+                        *guard = None;
+                        return;
+                    }
                 }
-                std::mem::take(&mut exits.queue)
             };
             if applied >= DRAIN_BUDGET {
                 // Hand the rest to a fresh task (still draining), so one
                 // worker is not held by an endless stream of exits.
-                tree.exits.lock().queue.splice(0..0, batch);
+                if let Some(exits) = tree.exits.lock().as_mut() {
+                    exits.queue.splice(0..0, batch);
+                }
                 let (inner, tree) = (self.clone(), tree.clone());
                 tokio::spawn(async move { inner.drain_exits(&tree) });
                 return;
