@@ -387,6 +387,49 @@ fn rmcp_get_live(n: usize, gets: usize) -> (f64, Duration) {
     })
 }
 
+/// This machine's memory floor under `get_flatness`: ns per read in a
+/// chain of dependent reads of random cache lines spread over `bytes` (a
+/// random cycle, so neither caches nor prefetchers help beyond the
+/// buffer's size). A `get` among a million live tasks makes a few such
+/// dependent reads (index entry, tree, record, state); among a thousand,
+/// none leaves the cache.
+fn dependent_read_ns(bytes: usize) -> f64 {
+    const LINE: usize = 8; // u64s per 64-byte line
+    let lines = bytes / 64;
+    let mut next = vec![0u64; lines * LINE];
+    // Sattolo's algorithm: one cycle through every line.
+    let mut order: Vec<usize> = (0..lines).collect();
+    let mut rng = Rng(0x1ace);
+    for i in (1..lines).rev() {
+        let j = rng.below(i);
+        order.swap(i, j);
+    }
+    for w in 0..lines {
+        next[order[w] * LINE] = (order[(w + 1) % lines] * LINE) as u64;
+    }
+    let steps = 2_000_000.min(lines * 4);
+    let mut at = 0usize;
+    let t0 = Instant::now();
+    for _ in 0..steps {
+        at = next[at] as usize;
+    }
+    black_box(at);
+    t0.elapsed().as_nanos() as f64 / steps as f64
+}
+
+fn print_memory_floor(g1k: &GetLive, g1m: &GetLive) {
+    let small = dependent_read_ns(4 << 20);
+    let large = dependent_read_ns(g1m.rss_growth.max(1 << 30) as usize);
+    println!(
+        "# get_flatness floor on this machine: one dependent random read costs {small:.0} ns over 4 MiB and \
+         {large:.0} ns over the 1M-live heap ({:.0} MiB); get_1k_live is {:.0} ns, so a single such read at 1M \
+         live already makes the ratio {:.1}",
+        mib(g1m.rss_growth.max(1 << 30)),
+        g1k.ns,
+        (g1k.ns + large) / g1k.ns
+    );
+}
+
 // ----- cancel_subtree_100k ---------------------------------------------------
 
 struct CancelResult {
@@ -683,6 +726,7 @@ fn main() {
         let g1m = subtask_get_live(1_000_000, 1000, 300);
         println!("get_1m_live: subtask={:.0}", g1m.ns);
         println!("# get_1k_live: subtask={:.0} ns", g1k.ns);
+        print_memory_floor(&g1k, &g1m);
         println!("get_flatness: {:.2}", g1m.ns / g1k.ns);
         return;
     }
@@ -732,6 +776,7 @@ fn main() {
     );
     println!("get_1m_live: subtask={:.0}", g1m.ns);
     println!("# get_1k_live: subtask={:.0} ns", g1k.ns);
+    print_memory_floor(&g1k, &g1m);
     println!("get_flatness: {:.2}", g1m.ns / g1k.ns);
 
     cancel_figure();
