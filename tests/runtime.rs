@@ -510,3 +510,57 @@ async fn unknown_ids_are_rejected_without_side_effects() {
     }
     assert!(rt.wait(unknown, V).await.is_none());
 }
+
+/// Thousands of handlers exiting at once on two worker threads: their exits
+/// are applied in batches by whichever thread drains the tree's queue
+/// (more than one drainer's budget of 4,096, so a drain is handed on to a
+/// fresh task). Every task settles, leaves first, and every scheduler slot
+/// is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mass_cancel_settles_every_task_and_releases_every_slot() {
+    const CHILDREN: usize = 6_000;
+    let mut config = RuntimeConfig {
+        max_running: CHILDREN + 8,
+        max_running_per_tree: CHILDREN + 8,
+        ..RuntimeConfig::default()
+    };
+    config.forest.limits.max_children = CHILDREN as u32;
+    let rt = Runtime::new(config);
+    let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let s = started.clone();
+    let root = rt.spawn(RootOptions::default(), move |ctx| async move {
+        for _ in 0..CHILDREN {
+            let s = s.clone();
+            ctx.spawn_subtask(SubtaskOptions::default(), move |ctx| async move {
+                s.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                ctx.cancelled().await;
+                Err(TaskError::Interrupted.into())
+            })?;
+        }
+        ctx.cancelled().await;
+        Err(TaskError::Interrupted.into())
+    });
+    while started.load(std::sync::atomic::Ordering::SeqCst) < CHILDREN {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(rt.running_handlers(), CHILDREN + 1);
+    let results = rt.results(root, V);
+    assert_eq!(rt.cancel(root).unwrap(), CancelOutcome::Accepted);
+    let done: Vec<_> = results.collect().await;
+    assert_eq!(done.len(), CHILDREN + 1, "every task ends exactly once");
+    assert!(done.iter().all(|t| t.status() == TaskStatus::Cancelled));
+    assert_eq!(
+        done.last().map(|t| t.task().task_id),
+        Some(root),
+        "the root ends last"
+    );
+    // Slots are released right after their tasks settle (the bound is a
+    // hang guard: a leaked slot never comes back).
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while rt.running_handlers() > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("every scheduler slot is released");
+}

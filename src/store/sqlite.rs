@@ -1,6 +1,8 @@
-//! The embedded default store: one SQLite file in WAL mode, written by one
-//! thread that commits every batch queued meanwhile in one transaction and
-//! one fsync (group commit), then releases all of their writers at once.
+//! The embedded default store: one SQLite file in WAL mode. Group commit
+//! runs in two stages: a writer thread commits every batch queued meanwhile
+//! in one transaction without waiting for the disk, and a syncer thread
+//! fsyncs the write-ahead log and releases, at once, the writers of every
+//! commit that fsync covers (with full durability; see [`Syncer`]).
 //!
 //! Schema (version 1): one table,
 //! `tasks(seq, id, root, parent, position, version, state, owner, resumable, launch)`,
@@ -66,8 +68,8 @@ pub struct SqliteConfig {
     /// fsync per group commit, or relaxed.
     pub durability: Durability,
     /// At most this many batches share one transaction. `1` forces one
-    /// transaction (and fsync) per batch: the baseline group commit is
-    /// measured against.
+    /// transaction and one fsync (inside SQLite's commit, no syncer stage)
+    /// per batch: the baseline group commit is measured against.
     pub max_batches_per_commit: usize,
 }
 
