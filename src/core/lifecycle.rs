@@ -428,16 +428,7 @@ impl Forest {
         }
         if let Some(error) = fail_children {
             // Architecture: a parent whose handler fails cancels its children first.
-            let reason: Arc<str> = format!("parent task {id} failed").into();
-            self.wind_down(
-                slot,
-                Ending::Failing {
-                    error: Arc::new(error),
-                },
-                &|| Ending::Cancelling {
-                    reason: reason.clone(),
-                },
-            );
+            self.fail_cancelling_below(slot, error, format!("parent task {id} failed"));
         } else {
             self.try_settle(slot);
         }
@@ -805,6 +796,21 @@ impl Forest {
         }
     }
 
+    /// Fails the task in `slot` with `error` once its live descendants,
+    /// cancelled for `reason` (one string shared by all of them), are terminal.
+    fn fail_cancelling_below(&mut self, slot: Slot, error: ErrorObject, reason: String) {
+        let reason: Arc<str> = reason.into();
+        self.wind_down(
+            slot,
+            Ending::Failing {
+                error: Arc::new(error),
+            },
+            &|| Ending::Cancelling {
+                reason: reason.clone(),
+            },
+        );
+    }
+
     /// Records `ending` unless one is decided; returns whether the task may
     /// settle without its handler (none is running).
     fn decide_ending(&mut self, slot: Slot, ending: Ending) -> bool {
@@ -898,16 +904,7 @@ impl Forest {
                     message: format!("subtask {id} failed: {}", error.message),
                     data: Some(serde_json::json!({ "failedTaskId": id.to_string() })),
                 };
-                let reason: Arc<str> = format!("sibling subtask {id} failed").into();
-                self.wind_down(
-                    parent,
-                    Ending::Failing {
-                        error: Arc::new(error),
-                    },
-                    &|| Ending::Cancelling {
-                        reason: reason.clone(),
-                    },
-                );
+                self.fail_cancelling_below(parent, error, format!("sibling subtask {id} failed"));
                 // wind_down settled the parent if it could.
                 return;
             }
