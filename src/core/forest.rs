@@ -430,9 +430,15 @@ impl Forest {
     }
 
     pub(crate) fn get_active(&self, id: TaskId) -> Result<(&TaskRecord, &Active), TransitionError> {
-        let rec = self.get(id)?;
+        self.active_slot(id).map(|(_, rec, a)| (rec, a))
+    }
+
+    /// [`Forest::get_active`] with the task's slot, found once.
+    pub(crate) fn active_slot(&self, id: TaskId) -> Result<(Slot, &TaskRecord, &Active), TransitionError> {
+        let slot = self.slot(id)?;
+        let rec = &self.tasks[slot];
         match &rec.phase {
-            Phase::Active(a) => Ok((rec, &**a)),
+            Phase::Active(a) => Ok((slot, rec, &**a)),
             Phase::Terminal(t) => Err(TransitionError::Terminal {
                 id,
                 status: t.status(),
@@ -581,7 +587,7 @@ impl Forest {
         parent: TaskId,
         opts: ChildOptions,
     ) -> Result<TaskId, TransitionError> {
-        let (prec, pact) = self.get_active(parent)?;
+        let (pslot, prec, pact) = self.active_slot(parent)?;
         if pact.ending.is_some() {
             return Err(TransitionError::WindingDown(parent));
         }
@@ -609,7 +615,6 @@ impl Forest {
         }
         self.begin(now);
         let now = self.now;
-        let pslot = self.slot(parent)?;
         let prec = &self.tasks[pslot];
         let pause = match prec.active().map(|a| &a.pause) {
             Some(PauseState::Pending { via } | PauseState::Paused { via, .. }) => PauseState::Paused {

@@ -324,8 +324,8 @@ impl Forest {
         id: TaskId,
         reason: Option<String>,
     ) -> Result<(), TransitionError> {
-        self.require_running(id)?;
-        let rec = &self.tasks[&id];
+        let slot = self.require_running(id)?;
+        let rec = &self.tasks[slot];
         let Some(a) = rec.active() else {
             unreachable!("require_running checked the task is active")
         };
@@ -338,14 +338,13 @@ impl Forest {
             PauseState::Unpaused => id,
         };
         self.begin(now);
-        let rec = self.rec_mut(id);
+        let rec = self.rec_mut_at(slot);
         let prior = rec.unpaused_status();
         if let Some(a) = rec.active_mut() {
             a.pause = PauseState::Paused { via, prior, reason };
         }
         // Descendants follow, paused through the same task as this one, so
         // resuming that task resumes them too.
-        let slot = self.slot(id).expect("validated above");
         self.pause_descendants_via(slot, via);
         self.end();
         Ok(())
@@ -449,7 +448,8 @@ impl Forest {
         id: TaskId,
         responses: InputResponses,
     ) -> Result<Vec<String>, TransitionError> {
-        let rec = self.get(id)?;
+        let slot = self.slot(id)?;
+        let rec = &self.tasks[slot];
         if rec.status() == TaskStatus::Paused {
             return Err(TransitionError::Paused(id));
         }
@@ -459,11 +459,10 @@ impl Forest {
         self.begin(now);
         let mut accepted = Vec::new();
         for (key, response) in responses {
-            let book = self.rec_mut(id).inputs_mut();
+            let book = self.rec_mut_at(slot).inputs_mut();
             if book.outstanding.remove(&key).is_some() {
                 book.answered.insert(key.clone(), response.clone());
                 accepted.push(key.clone());
-                let slot = self.slot(id).expect("validated above");
                 self.emit(Effect::InputAnswered {
                     id,
                     slot,
@@ -483,7 +482,7 @@ impl Forest {
     /// `Terminal` (SEP-2669); `WindingDown` and `HandlerFinished` when no
     /// handler will ever take it; `LimitExceeded` for queue length or size.
     pub fn steer(&mut self, now: Timestamp, id: TaskId, message: String) -> Result<(), TransitionError> {
-        let (rec, a) = self.get_active(id)?;
+        let (slot, rec, a) = self.active_slot(id)?;
         if a.ending.is_some() {
             return Err(TransitionError::WindingDown(id));
         }
@@ -508,7 +507,6 @@ impl Forest {
             });
         }
         self.begin(now);
-        let slot = self.slot(id)?;
         self.rec_mut_at(slot).steers.push_back(message);
         self.emit(Effect::SteerQueued { id, slot });
         self.end();
@@ -523,7 +521,7 @@ impl Forest {
     ///
     /// `Terminal`, `AlreadyPaused`, `UnknownTask`.
     pub fn pause(&mut self, now: Timestamp, id: TaskId) -> Result<PauseOutcome, TransitionError> {
-        let (_, a) = self.get_active(id)?;
+        let (slot, _, a) = self.active_slot(id)?;
         match a.pause {
             PauseState::Paused { .. } => return Err(TransitionError::AlreadyPaused(id)),
             PauseState::Pending { .. } => return Ok(PauseOutcome::Pending),
@@ -532,7 +530,6 @@ impl Forest {
         if a.ending.is_some() {
             return Ok(PauseOutcome::Unchanged);
         }
-        let slot = self.slot(id)?;
         self.begin(now);
         self.pause_one(slot, id);
         self.pause_descendants_via(slot, id);
@@ -581,12 +578,11 @@ impl Forest {
     ///
     /// `Terminal`, `NotPaused`, `UnknownTask`.
     pub fn resume(&mut self, now: Timestamp, id: TaskId) -> Result<(), TransitionError> {
-        let (rec, _) = self.get_active(id)?;
+        let (slot, rec, _) = self.active_slot(id)?;
         let status = rec.status();
         if status != TaskStatus::Paused {
             return Err(TransitionError::NotPaused { id, status });
         }
-        let slot = self.slot(id)?;
         self.begin(now);
         self.unpause_one(slot);
         for t in self.live_subtree_post_order(slot) {
@@ -626,13 +622,13 @@ impl Forest {
     ///
     /// `UnknownTask`.
     pub fn cancel(&mut self, now: Timestamp, id: TaskId) -> Result<CancelOutcome, TransitionError> {
-        let rec = self.get(id)?;
+        let slot = self.slot(id)?;
+        let rec = &self.tasks[slot];
         match rec.active() {
             None => return Ok(CancelOutcome::AlreadyTerminal),
             Some(a) if a.ending.is_some() => return Ok(CancelOutcome::AlreadyEnding),
             Some(_) => {}
         }
-        let slot = self.slot(id)?;
         self.begin(now);
         // One shared reason for the whole subtree: cancelling 100,000 tasks
         // allocates no string per task.
@@ -750,14 +746,14 @@ impl Forest {
     ///
     /// `UnknownTask`, `NotARoot`, `TreeNotTerminal`.
     pub fn delete_tree(&mut self, now: Timestamp, root: TaskId) -> Result<(), TransitionError> {
-        let rec = self.get(root)?;
+        let slot = self.slot(root)?;
+        let rec = &self.tasks[slot];
         if rec.parent().is_some() {
             return Err(TransitionError::NotARoot(root));
         }
         if !rec.is_terminal() {
             return Err(TransitionError::TreeNotTerminal(root));
         }
-        let slot = self.slot(root)?;
         self.begin(now);
         self.remove_tree(slot);
         self.end();

@@ -162,9 +162,9 @@ impl From<TransitionError> for TaskError {
 /// back while it is parked (paused, awaiting input, awaiting a subtask) and
 /// takes one again before it continues.
 impl TaskCell {
-    fn block(&self, inner: &Arc<Inner>) {
+    fn block(&self, inner: &Arc<Inner>, root: TaskId) {
         let release = {
-            let mut st = self.slot.lock();
+            let mut st = self.sched_slot.lock();
             st.blocked += 1;
             let release = st.blocked == 1 && st.holding;
             if release {
@@ -173,7 +173,7 @@ impl TaskCell {
             release
         };
         if release {
-            let ready = inner.sched.release(self.root);
+            let ready = inner.sched.release(root);
             inner.run_jobs(ready);
         }
     }
@@ -181,27 +181,27 @@ impl TaskCell {
     /// Whether the last parked wait is ending without a slot (it must take
     /// one before the handler runs on; it stays counted as blocked meanwhile).
     fn last_wait_without_slot(&self) -> bool {
-        let st = self.slot.lock();
+        let st = self.sched_slot.lock();
         st.blocked == 1 && !st.holding
     }
 
     /// Whether the handler may run only after taking a slot: it holds none
     /// and is not inside a parked wait (which takes one itself on the way out).
     fn needs_slot(&self) -> bool {
-        let st = self.slot.lock();
+        let st = self.sched_slot.lock();
         st.blocked == 0 && !st.holding
     }
 
     /// Takes a slot. The scheduler marks the slot held when it grants it
     /// ([`TaskCell::grant`]), so a slot granted to a handler that is dropped
     /// before it runs again is still released on exit.
-    async fn acquire(self: &Arc<Self>, inner: &Arc<Inner>) {
-        if inner.sched.try_acquire(self.root) {
+    async fn acquire(self: &Arc<Self>, inner: &Arc<Inner>, root: TaskId) {
+        if inner.sched.try_acquire(root) {
             self.grant();
             return;
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let ready = inner.sched.submit(self.root, Job::Resume(self.clone(), tx), true);
+        let ready = inner.sched.submit(root, Job::Resume(self.clone(), tx), true);
         inner.run_jobs(ready);
         // A closed channel means the runtime dropped the job; run on.
         let _ = rx.await;
@@ -210,7 +210,7 @@ impl TaskCell {
     /// Records a slot as held (called by the scheduler as it grants one);
     /// `false` when the handler already held one (the grant is surplus).
     pub(crate) fn grant(&self) -> bool {
-        !std::mem::replace(&mut self.slot.lock().holding, true)
+        !std::mem::replace(&mut self.sched_slot.lock().holding, true)
     }
 
     /// Resolves once the cancel flag is set, woken through `grace` (the
@@ -232,12 +232,12 @@ impl TaskCell {
 
     /// Takes back a grant whose receiver was gone; returns whether it was held.
     pub(crate) fn ungrant(&self) -> bool {
-        std::mem::replace(&mut self.slot.lock().holding, false)
+        std::mem::replace(&mut self.sched_slot.lock().holding, false)
     }
 
     /// The handler exited: whether it held a slot (which the caller releases).
     pub(crate) fn take_for_exit(&self) -> bool {
-        std::mem::replace(&mut self.slot.lock().holding, false)
+        std::mem::replace(&mut self.sched_slot.lock().holding, false)
     }
 }
 
@@ -262,9 +262,11 @@ impl Future for Gated<'_> {
                 std::task::ready!(acq.as_mut().poll(cx));
                 self.acquiring = None;
             }
-            if self.ctx.slot.needs_slot() {
+            if self.ctx.cell.needs_slot() {
                 let ctx = self.ctx;
-                self.acquiring = Some(Box::pin(async move { ctx.slot.acquire(&ctx.inner).await }));
+                self.acquiring = Some(Box::pin(async move {
+                    ctx.cell.acquire(&ctx.inner, ctx.tree.root).await
+                }));
                 continue;
             }
             return self.body.as_mut().poll(cx);
@@ -277,14 +279,15 @@ impl Future for Gated<'_> {
 /// without its slot back takes one at once, over the limit if need be: it
 /// runs on in the same poll, and a slot must never leak or be missing.
 struct BlockGuard<'a> {
-    slot: &'a TaskCell,
+    cell: &'a TaskCell,
     inner: &'a Arc<Inner>,
+    root: TaskId,
 }
 
 impl Drop for BlockGuard<'_> {
     fn drop(&mut self) {
         let force = {
-            let mut st = self.slot.slot.lock();
+            let mut st = self.cell.sched_slot.lock();
             st.blocked = st.blocked.saturating_sub(1);
             let force = st.blocked == 0 && !st.holding;
             if force {
@@ -293,7 +296,7 @@ impl Drop for BlockGuard<'_> {
             force
         };
         if force {
-            self.inner.sched.force_acquire(self.slot.root);
+            self.inner.sched.force_acquire(self.root);
         }
     }
 }
@@ -318,10 +321,10 @@ pub struct TaskContext {
     tree: Arc<TreeCell>,
     id: TaskId,
     /// The task's place in its forest (O(1) access without hashing).
-    at: Slot,
+    slot: Slot,
     parent: Option<TaskId>,
     /// The task's cell: its cancel flag, wake-ups and scheduler slot.
-    slot: Arc<TaskCell>,
+    cell: Arc<TaskCell>,
     deps: Option<Arc<[DependencyOutcome]>>,
     rerun: bool,
 }
@@ -341,9 +344,9 @@ impl TaskContext {
             inner,
             tree,
             id: start.id,
-            at: start.slot,
+            slot: start.slot,
             parent: start.parent,
-            slot: start.cell,
+            cell: start.cell,
             // No allocation for the common case of no dependencies.
             deps: (!start.deps.is_empty()).then(|| start.deps.into()),
             rerun: start.rerun,
@@ -376,14 +379,16 @@ impl TaskContext {
 
     /// Runs `fut` with this handler's scheduler slot given back.
     async fn parked<F: Future>(&self, fut: F) -> F::Output {
-        self.slot.block(&self.inner);
+        let root = self.tree.root;
+        self.cell.block(&self.inner, root);
         let _guard = BlockGuard {
-            slot: &self.slot,
+            cell: &self.cell,
             inner: &self.inner,
+            root,
         };
         let out = fut.await;
-        if self.slot.last_wait_without_slot() {
-            self.slot.acquire(&self.inner).await;
+        if self.cell.last_wait_without_slot() {
+            self.cell.acquire(&self.inner, root).await;
         }
         out
     }
@@ -403,20 +408,20 @@ impl TaskContext {
         });
     }
 
-    /// Whether a cancel was accepted (or a failure decided) for this task.
-    /// Takes no lock after the first call.
+    /// Whether a cancel was accepted (or a failure decided) for this task,
+    /// or it ended. Takes no lock.
     pub fn is_cancelled(&self) -> bool {
-        self.slot.is_ending()
+        self.cell.is_ending()
     }
 
     /// Resolves once the task is being cancelled (or failed by its TTL or a
-    /// fail-fast sibling). Takes no lock after the first call.
+    /// fail-fast sibling). Takes no lock.
     ///
     /// # Cancellation safety
     ///
     /// Safe to drop and to use in `select!`.
     pub async fn cancelled(&self) {
-        let cell = &self.slot;
+        let cell = &self.cell;
         loop {
             let notified = cell.notify.notified();
             tokio::pin!(notified);
@@ -440,7 +445,11 @@ impl TaskContext {
             let (ready, notify) = {
                 let mut st = self.tree.state.lock();
                 let r = check(&mut st, &mut post);
-                let notify = if r.is_none() { st.notify_at(self.at) } else { None };
+                let notify = if r.is_none() {
+                    st.notify_at(self.slot)
+                } else {
+                    None
+                };
                 self.inner.absorb(&mut st, &mut post);
                 (r, notify)
             };
@@ -566,7 +575,7 @@ impl TaskContext {
                 if self.armed {
                     self.ctx.with(|st, now, _| {
                         let _ = st.forest.withdraw_input(now, self.ctx.id, self.key);
-                        if let Some(rare) = st.rt.get_mut(self.ctx.at).and_then(TaskRt::rare) {
+                        if let Some(rare) = st.rt.get_mut(self.ctx.slot).and_then(TaskRt::rare) {
                             rare.answers.remove(self.key);
                         }
                     });
@@ -578,12 +587,12 @@ impl TaskContext {
             key: &key,
             armed: true,
         };
-        let (id, at) = (self.id, self.at);
+        let (id, slot) = (self.id, self.slot);
         let out = self
             .wait_until(true, |st, _| {
                 let answer = st
                     .rt
-                    .get_mut(at)
+                    .get_mut(slot)
                     .and_then(TaskRt::rare)
                     .and_then(|rare| rare.answers.remove(&key));
                 if let Some(answer) = answer {
@@ -785,7 +794,7 @@ impl TaskContext {
                 },
                 // The timer is boxed: it exists only for a handler that
                 // ignores its cancel, and every task stays smaller without it.
-                () = async { ctx.slot.ended().await; Box::pin(tokio::time::sleep(grace)).await } => {
+                () = async { ctx.cell.ended().await; Box::pin(tokio::time::sleep(grace)).await } => {
                     tracing::warn!(grace_ms = grace.as_millis() as u64, "handler ignored cancel; aborted");
                     HandlerOutcome::Aborted
                 }
@@ -794,9 +803,9 @@ impl TaskContext {
             // before its slot lets queued work run.
             let exit = Exit {
                 id: ctx.id,
-                slot: ctx.at,
+                slot: ctx.slot,
                 outcome,
-                cell: ctx.slot.clone(),
+                cell: ctx.cell.clone(),
             };
             ctx.inner.exit(&ctx.tree, exit);
         }

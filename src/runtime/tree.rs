@@ -57,10 +57,8 @@ pub(crate) struct TaskCell {
     /// The handler's task, woken when the cancel flag is set so its grace
     /// timer starts even if the handler itself waits on something else.
     pub(crate) grace: AtomicWaker,
-    /// The root of the tree (the scheduler's key).
-    pub(crate) root: TaskId,
-    /// The handler's scheduler slot (see `context.rs`).
-    pub(crate) slot: Mutex<SlotState>,
+    /// Whether the handler holds a scheduler slot (see `context.rs`).
+    pub(crate) sched_slot: Mutex<SlotState>,
 }
 
 /// Whether a handler holds a scheduler slot, and how many parked waits it is in.
@@ -71,14 +69,13 @@ pub(crate) struct SlotState {
 }
 
 impl TaskCell {
-    fn new(root: TaskId, ending: bool) -> Arc<TaskCell> {
+    fn new(ending: bool) -> Arc<TaskCell> {
         Arc::new(TaskCell {
             notify: Notify::new(),
             ending: AtomicBool::new(ending),
             stamp: AtomicU64::new(u64::MAX),
             grace: AtomicWaker::new(),
-            root,
-            slot: Mutex::new(SlotState::default()),
+            sched_slot: Mutex::new(SlotState::default()),
         })
     }
 
@@ -96,8 +93,8 @@ impl TaskCell {
 /// task becomes terminal.
 #[derive(Default)]
 pub(crate) struct TaskRt {
-    /// Woken on every change of the task (status, steer, input, resume, cancel).
-    pub(crate) notify: Option<Arc<TaskCell>>,
+    /// The task's cell, once something waits on it or its handler runs.
+    pub(crate) cell: Option<Arc<TaskCell>>,
     /// What few tasks need, kept out of line so the table stays dense.
     rare: Option<Box<RareRt>>,
 }
@@ -266,12 +263,11 @@ impl TreeState {
     pub(crate) fn notify_at(&mut self, slot: Slot) -> Option<Arc<TaskCell>> {
         let rec = self.forest.task_at(slot).filter(|r| !r.is_terminal())?;
         let ending = rec.is_winding_down();
-        let root = rec.root();
         Some(
             self.rt
                 .entry(slot)
-                .notify
-                .get_or_insert_with(|| TaskCell::new(root, ending))
+                .cell
+                .get_or_insert_with(|| TaskCell::new(ending))
                 .clone(),
         )
     }
@@ -338,10 +334,10 @@ pub(crate) struct Post {
 }
 
 impl Post {
-    /// Queues a wake-up of `signal`, once per command.
-    fn wake(&mut self, signal: &Arc<TaskCell>, stamp: u64) {
-        if signal.stamp.swap(stamp, Ordering::Relaxed) != stamp {
-            self.notify.push(signal.clone());
+    /// Queues a wake-up of `cell`, once per command.
+    fn wake(&mut self, cell: &Arc<TaskCell>, stamp: u64) {
+        if cell.stamp.swap(stamp, Ordering::Relaxed) != stamp {
+            self.notify.push(cell.clone());
         }
     }
 
@@ -396,9 +392,9 @@ impl Inner {
                             owner.release();
                         }
                         if let Some(mut rt) = st.rt.remove(slot) {
-                            if let Some(signal) = &rt.notify {
-                                signal.set_ending();
-                                post.wake(signal, stamp);
+                            if let Some(cell) = &rt.cell {
+                                cell.set_ending();
+                                post.wake(cell, stamp);
                             }
                             if let Some(rare) = rt.rare() {
                                 for d in std::mem::take(&mut rare.dependents) {
@@ -406,19 +402,19 @@ impl Inner {
                                 }
                             }
                         }
-                    } else if let Some(signal) = st.rt.get(slot).and_then(|rt| rt.notify.as_ref()) {
-                        post.wake(signal, stamp);
+                    } else if let Some(cell) = st.rt.get(slot).and_then(|rt| rt.cell.as_ref()) {
+                        post.wake(cell, stamp);
                     }
                 }
                 Effect::SteerQueued { slot, .. } => {
-                    if let Some(signal) = st.rt.get(slot).and_then(|rt| rt.notify.as_ref()) {
-                        post.wake(signal, stamp);
+                    if let Some(cell) = st.rt.get(slot).and_then(|rt| rt.cell.as_ref()) {
+                        post.wake(cell, stamp);
                     }
                 }
                 Effect::CancelHandler { slot, .. } => {
-                    if let Some(signal) = st.rt.get(slot).and_then(|rt| rt.notify.as_ref()) {
-                        signal.set_ending();
-                        post.wake(signal, stamp);
+                    if let Some(cell) = st.rt.get(slot).and_then(|rt| rt.cell.as_ref()) {
+                        cell.set_ending();
+                        post.wake(cell, stamp);
                     }
                 }
                 Effect::WakeHandler { slot, .. } => {
@@ -429,8 +425,8 @@ impl Inner {
                         {
                             post.submit(job, true);
                         }
-                        if let Some(signal) = &rt.notify {
-                            post.wake(signal, stamp);
+                        if let Some(cell) = &rt.cell {
+                            post.wake(cell, stamp);
                         }
                     }
                 }
@@ -439,17 +435,17 @@ impl Inner {
                 } => {
                     let rt = st.rt.entry(slot);
                     rt.rare_mut().answers.insert(key, response);
-                    if let Some(signal) = &rt.notify {
-                        post.wake(signal, stamp);
+                    if let Some(cell) = &rt.cell {
+                        post.wake(cell, stamp);
                     }
                 }
                 Effect::ArmTimer { at } => post.arm = Some(post.arm.map_or(at, |a| a.min(at))),
                 Effect::TreeDeleted { ids, .. } => {
                     post.tree_changed = true;
                     for rt in st.rt.take_all() {
-                        if let Some(signal) = rt.notify {
-                            signal.set_ending();
-                            post.wake(&signal, stamp);
+                        if let Some(cell) = rt.cell {
+                            cell.set_ending();
+                            post.wake(&cell, stamp);
                         }
                     }
                     post.deleted.extend(ids);
@@ -592,11 +588,11 @@ impl Inner {
         while let Some((root, job)) = ready.pop() {
             let used = match job {
                 Job::Start(job) => self.start_job(job),
-                Job::Resume(slot, tx) => {
+                Job::Resume(cell, tx) => {
                     // The grant and the ownership are one step: a handler
                     // dropped right after this still releases the slot on exit.
-                    if slot.grant() {
-                        tx.send(()).is_ok() || !slot.ungrant()
+                    if cell.grant() {
+                        tx.send(()).is_ok() || !cell.ungrant()
                     } else {
                         // The handler already took a slot back: this one is surplus.
                         let _ = tx.send(());
@@ -621,16 +617,21 @@ impl Inner {
         let meta = job.meta.take();
         let started = self.with_tree(&tree, |st, now, post| {
             post.meta = meta;
+            let slot = st.forest.slot_of(id)?;
             match st.forest.start(now, id) {
                 Ok(()) => {}
                 Err(TransitionError::Paused(_)) => {
-                    let slot = st.forest.slot_of(id).expect("the task was just found paused");
                     st.rt.entry(slot).rare_mut().job = Some(job);
                     return None;
                 }
                 Err(_) => return None,
             }
-            if st.forest.task(id).and_then(TaskRecord::handler_message).is_some() {
+            if st
+                .forest
+                .task_at(slot)
+                .and_then(TaskRecord::handler_message)
+                .is_some()
+            {
                 let _ = st.forest.set_status_message(now, id, None);
             }
             let deps: Vec<DependencyOutcome> = job
@@ -643,12 +644,11 @@ impl Inner {
                         .map(|outcome| DependencyOutcome { id: *d, outcome })
                 })
                 .collect();
-            let slot = st.forest.slot_of(id).expect("the task was just started");
             let parent = st.forest.task_at(slot).and_then(TaskRecord::parent);
             // The handler's cell exists from its start: its cancel flag is
             // then always current, and it starts holding its slot.
             let cell = st.notify_at(slot).expect("a started task is live");
-            cell.slot.lock().holding = true;
+            cell.sched_slot.lock().holding = true;
             Some((job.body, deps, parent, slot, cell))
         });
         let Some((body, deps, parent, slot, cell)) = started else {

@@ -224,12 +224,8 @@ impl SqliteStore {
         // in WAL mode). One batch per commit keeps SQLite's fsync in every
         // commit: the baseline group commit is measured against.
         let pipelined = config.durability == Durability::Full && max > 1;
-        let sync_mode = if pipelined {
-            Durability::Relaxed
-        } else {
-            config.durability
-        };
-        prepare(&mut conn, &path, sync_mode)?;
+        let fsync_in_commit = config.durability == Durability::Full && !pipelined;
+        prepare(&mut conn, &path, fsync_in_commit)?;
         let writer = Writer::open(conn, &path)?;
         let sync = if pipelined {
             let wal_path = {
@@ -340,7 +336,10 @@ impl Drop for SqliteStore {
 }
 
 /// Pragmas, identity and schema checks, migrations, an integrity check.
-fn prepare(conn: &mut Connection, path: &Path, durability: Durability) -> Result<(), StoreError> {
+/// `fsync_in_commit` chooses `synchronous=FULL` (SQLite fsyncs in every
+/// commit) or `NORMAL` (the WAL is fsynced only before checkpoints; the
+/// syncer stage or nobody does the rest).
+fn prepare(conn: &mut Connection, path: &Path, fsync_in_commit: bool) -> Result<(), StoreError> {
     let e = sql(path);
     conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(&e)?;
     let app: i64 = conn
@@ -373,10 +372,7 @@ fn prepare(conn: &mut Connection, path: &Path, durability: Durability) -> Result
             path.display()
         )));
     }
-    let sync = match durability {
-        Durability::Full => "FULL",
-        Durability::Relaxed => "NORMAL",
-    };
+    let sync = if fsync_in_commit { "FULL" } else { "NORMAL" };
     conn.execute_batch(&format!(
         "PRAGMA synchronous={sync}; PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY; PRAGMA wal_autocheckpoint=8192;"
     ))
