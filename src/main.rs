@@ -6,8 +6,8 @@ mod cli;
 
 /// mimalloc instead of the system allocator: handlers are spawned on one
 /// worker and freed on another, and glibc's malloc serializes such frees on
-/// its arena locks (cancelling a 100,000-task tree took about 2.5 times as
-/// long with it; docs/architecture.md, "Allocator"). Build with
+/// its arena locks (cancelling a 100,000-task tree took about twice as long
+/// with it; docs/architecture.md, "Allocator"). Build with
 /// `--no-default-features` for the system allocator.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
