@@ -249,19 +249,13 @@ async fn fanout_validates_arguments() {
         (json!({"extra": true}), "unknown argument"),
     ];
     for (args, expected) in bad {
-        match Tool::call(&fanout::call, tool_call("fanout", args.clone(), true)).await {
-            ToolOutcome::Error(e) => {
-                assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{args}");
-                assert!(e.message.contains(expected), "{args}: {}", e.message);
-            }
-            other => panic!("{args}: expected an error, got {other:?}"),
-        }
+        let outcome = Tool::call(&fanout::call, tool_call("fanout", args.clone(), true)).await;
+        let message = tool_error_text(outcome);
+        assert!(message.contains(expected), "{args}: {message}");
     }
-    // inputAt needs a client that can answer through tasks/update.
-    match Tool::call(&fanout::call, tool_call("fanout", json!({"inputAt": "0"}), false)).await {
-        ToolOutcome::Error(e) => assert!(e.message.contains("tasks extension"), "{}", e.message),
-        other => panic!("expected an error, got {other:?}"),
-    }
+    // inputAt needs a client that takes the call as a task.
+    let outcome = Tool::call(&fanout::call, tool_call("fanout", json!({"inputAt": "0"}), false)).await;
+    assert!(tool_error_text(outcome).contains("tasks extension"));
     // A TTL goes with the task.
     match Tool::call(&fanout::call, tool_call("fanout", json!({"ttlMs": 5000}), true)).await {
         ToolOutcome::Task { ttl_ms, .. } => assert_eq!(ttl_ms, Some(5000)),
@@ -474,12 +468,23 @@ async fn deep_research_validates_arguments() {
         )
         .await
         {
-            ToolOutcome::Error(e) => {
-                assert_eq!(e.code, ErrorCode::INVALID_PARAMS);
-                assert!(e.message.contains(expected), "{args}: {}", e.message);
+            outcome => {
+                let message = tool_error_text(outcome);
+                assert!(message.contains(expected), "{args}: {message}");
             }
-            other => panic!("{args}: expected an error, got {other:?}"),
         }
+    }
+}
+
+/// The text of a tool execution error (`isError: true`): bad arguments are
+/// results a model can act on, not JSON-RPC errors.
+fn tool_error_text(outcome: ToolOutcome) -> String {
+    match outcome {
+        ToolOutcome::Complete(r) => {
+            assert_eq!(r["isError"], true, "{r:?}");
+            r["content"][0]["text"].as_str().unwrap().to_owned()
+        }
+        other => panic!("expected an isError result, got {other:?}"),
     }
 }
 

@@ -194,16 +194,29 @@ fn text(result: &Value) -> String {
 }
 
 #[tokio::test]
-async fn discover_lists_the_tasks_extension_with_steer_and_pause() {
+async fn discover_shows_steer_and_pause_only_to_clients_that_declare_them() {
     let h = default_server().await;
+    let tasks_settings = |caps: Value| {
+        let c = Client::new(h.addr, caps);
+        async move {
+            let r = c.call("server/discover", json!({})).await;
+            r["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"].clone()
+        }
+    };
+    // A client that knows only the final extension (or none) sees exactly `{}`.
+    assert_eq!(tasks_settings(json!({})).await, json!({}));
+    assert_eq!(tasks_settings(base_task_caps()).await, json!({}));
+    // SEP-2669 sub-capabilities are discovered by declaring them.
+    assert_eq!(
+        tasks_settings(full_caps()).await,
+        json!({"steer": true, "pause": true})
+    );
+    let pause_only = json!({"extensions": {"io.modelcontextprotocol/tasks": {"pause": true}}});
+    assert_eq!(tasks_settings(pause_only).await, json!({"pause": true}));
     let c = Client::new(h.addr, json!({}));
     let r = c.call("server/discover", json!({})).await;
     assert_eq!(r["resultType"], "complete");
     assert_eq!(r["supportedVersions"], json!(["2026-07-28"]));
-    assert_eq!(
-        r["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"],
-        json!({"steer": true, "pause": true})
-    );
     assert!(r["capabilities"].get("tasks").is_none());
     assert_eq!(
         r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
@@ -316,12 +329,20 @@ async fn a_failing_task_carries_the_json_rpc_error_and_base_clients_get_it_synch
     let t = c.until_status(&id, "failed").await;
     assert_eq!(t["error"], json!({"code": -32603, "message": "boom"}));
     assert!(t.get("result").is_none());
-    // Without the tasks extension an optional task tool answers synchronously.
+    // Without the tasks extension an optional task tool answers
+    // synchronously, and its failure is a tool result a model can act on
+    // (server-tools.md, Error Handling), with HTTP 200.
     let plain = Client::new(h.addr, json!({}));
-    let (status, e) = plain.error("tools/call", json!({"name": "fails"})).await;
+    let r = plain.send("tools/call", json!({"name": "fails"})).await;
+    assert_eq!(r.status, 200);
+    let result = &r.json()["result"];
     assert_eq!(
-        (status, e["code"].as_i64(), e["message"].as_str()),
-        (500, Some(-32603), Some("boom"))
+        (result["isError"].as_bool(), result["resultType"].as_str()),
+        (Some(true), Some("complete"))
+    );
+    assert!(
+        text(result).contains("boom") && text(result).contains("-32603"),
+        "{result}"
     );
 }
 
@@ -340,7 +361,7 @@ async fn mrtr_rounds_come_before_the_task_and_tampered_state_is_rejected() {
             json!({"name": "mrtr", "inputResponses": answer, "requestState": format!("{state}-TAMPERED")}),
         )
         .await;
-    assert_eq!((status, e["code"].as_i64()), (400, Some(-32602)));
+    assert_eq!((status, e["code"].as_i64()), (200, Some(-32602)));
     let (_, e) = c
         .error(
             "tools/call",
@@ -528,8 +549,10 @@ async fn malformed_input_gets_the_right_error_and_the_server_keeps_serving() {
     let r = raw(h.addr, "POST", &hs, &huge).await;
     assert_eq!(r.status, 413);
     assert!(r.json()["error"]["message"].as_str().unwrap().contains("4096"));
+    // An ordinary JSON-RPC error is a normal response (HTTP 200): only the
+    // cases the transport texts list have a 4xx status.
     let (status, e) = c.error("tasks/get", json!({"taskId": 42})).await;
-    assert_eq!((status, e["code"].as_i64()), (400, Some(-32602)));
+    assert_eq!((status, e["code"].as_i64()), (200, Some(-32602)));
     let (_, e) = c
         .error(
             "tools/call",
@@ -886,7 +909,7 @@ async fn every_limit_rejects_with_a_clear_error_and_loses_nothing() {
     let (status, e) = c
         .error("tools/call", json!({"name": "tree", "arguments": {"width": 1}}))
         .await;
-    assert_eq!(status, 400);
+    assert_eq!(status, 200);
     assert!(
         e["message"].as_str().unwrap().contains("limit of 4 live tasks"),
         "{e}"
@@ -919,9 +942,20 @@ async fn legacy_clients_get_the_base_protocol_through_initialize() {
     let call = br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"old"}}}"#;
     let r = raw(h.addr, "POST", &hs, call).await;
     assert_eq!(text(&r.json()["result"]), "old");
+    // A task-only tool called without `params.task`: -32601 (2025-11-25,
+    // tool-level negotiation), as a normal response.
     let call = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"tree"}}"#;
     let r = raw(h.addr, "POST", &hs, call).await;
-    assert_eq!(r.json()["error"]["code"], -32602);
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].as_i64()),
+        (200, Some(-32601))
+    );
+    let unknown = br#"{"jsonrpc":"2.0","id":5,"method":"resources/list"}"#;
+    let r = raw(h.addr, "POST", &hs, unknown).await;
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].as_i64()),
+        (200, Some(-32601))
+    );
     let ping = br#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#;
     assert_eq!(raw(h.addr, "POST", &hs, ping).await.json()["result"], json!({}));
 }

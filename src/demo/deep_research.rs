@@ -134,12 +134,12 @@ pub fn spec() -> ToolSpec {
     ToolSpec::new(NAME, &description, schema, TaskSupport::Optional)
 }
 
-/// Answers a `deep_research` call: `-32602` for bad arguments, otherwise a
+/// Answers a `deep_research` call: an `isError` result for bad arguments, otherwise a
 /// task running the research.
 pub async fn call(call: ToolCall) -> ToolOutcome {
     match ResearchArgs::parse(&call.arguments) {
         Ok(args) => ToolOutcome::task(move |ctx| root(ctx, args)),
-        Err(e) => ToolOutcome::Error(e),
+        Err(e) => ToolOutcome::tool_error(e.message),
     }
 }
 

@@ -232,18 +232,18 @@ pub fn spec() -> ToolSpec {
     .resumable()
 }
 
-/// Answers a `fanout` call: `-32602` for bad arguments, otherwise a task
+/// Answers a `fanout` call: an `isError` result for bad arguments, otherwise a task
 /// running the tree (with the requested TTL).
 pub async fn call(call: ToolCall) -> ToolOutcome {
     let args = match FanoutArgs::parse(&call.arguments) {
         Ok(a) => a,
-        Err(e) => return ToolOutcome::Error(e),
+        Err(e) => return ToolOutcome::tool_error(e.message),
     };
     if args.input_at.is_some() && !call.tasks_declared() {
-        return ToolOutcome::Error(invalid_params(format!(
-            "{NAME}: inputAt needs a client that declared the tasks extension (the answer arrives \
-             through tasks/update)"
-        )));
+        return ToolOutcome::tool_error(format!(
+            "{NAME}: inputAt needs a client that takes the call as a task (the 2026-07-28 tasks \
+             extension, or a 2025-11-25 task-augmented call): the answer arrives through the task"
+        ));
     }
     let ttl = args.ttl_ms;
     let args = Arc::new(args);

@@ -25,6 +25,8 @@ impl ErrorCode {
     pub const HEADER_MISMATCH: ErrorCode = ErrorCode(-32020);
     /// `-32021`: the request needs a client capability it did not declare.
     pub const MISSING_REQUIRED_CLIENT_CAPABILITY: ErrorCode = ErrorCode(-32021);
+    /// `-32022`: the request's protocol version is not one this server speaks.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: ErrorCode = ErrorCode(-32022);
 }
 
 impl fmt::Display for ErrorCode {

@@ -251,8 +251,10 @@ impl Runtime {
                 rt: RtTable::default(),
                 owner,
                 durable: Durable::default(),
+                listed: 0,
             },
         ));
+        enlist(&tree);
         let fast = inner.sched.try_acquire(id);
         let meta = inner.store.as_ref().map(|_| {
             let owner = tree.state.lock().owner.as_ref().map(|o| o.name().to_owned());
@@ -520,6 +522,60 @@ impl Runtime {
         })
     }
 
+    /// The tasks of the trees `owner` created, for a 2025-11-25
+    /// `tasks/list`: trees in creation order, each tree's tasks in creation
+    /// order, up to `limit` tasks from `from`, and where the next page
+    /// starts (`None` after the last task). Each page costs O(`limit`) plus
+    /// one short lock of the owner's list per 64 trees; it never visits
+    /// another principal's trees. Trees deleted since the last page are
+    /// skipped; tasks created in a tree already passed appear on no later
+    /// page (a client that follows `childTaskIds` still finds them).
+    pub fn list_owned(
+        &self,
+        owner: &Owner,
+        from: ListPosition,
+        limit: usize,
+        view: ClientView,
+    ) -> (Vec<DetailedTask>, Option<ListPosition>) {
+        let mut out = Vec::new();
+        let mut pos = from;
+        loop {
+            let batch = owner.trees_from(pos.tree, 64);
+            if batch.is_empty() {
+                return (out, None);
+            }
+            for (position, tree) in batch {
+                if position != pos.tree {
+                    pos = ListPosition {
+                        tree: position,
+                        task: 0,
+                    };
+                }
+                let Some(tree) = tree.upgrade() else { continue };
+                // Not yet published (created this instant, not yet
+                // acknowledged): the next page starts at it.
+                if self.inner.tree_of(tree.root).is_none() {
+                    if out.is_empty() {
+                        continue;
+                    }
+                    return (out, Some(pos));
+                }
+                let st = tree.state.lock();
+                for id in st.forest.ids().skip(pos.task as usize) {
+                    if out.len() == limit {
+                        return (out, Some(pos));
+                    }
+                    out.extend(st.forest.snapshot(id, view));
+                    pos.task += 1;
+                }
+            }
+            pos = ListPosition {
+                tree: pos.tree + 1,
+                task: 0,
+            };
+        }
+    }
+
     /// Waits until the task is terminal and returns its final snapshot;
     /// `None` if it does not exist (or its tree is deleted first).
     pub async fn wait(&self, id: TaskId, view: ClientView) -> Option<DetailedTask> {
@@ -530,5 +586,23 @@ impl Runtime {
             last = Some(t);
         }
         last.filter(|t| t.status().is_terminal())
+    }
+}
+
+/// Where a page of [`Runtime::list_owned`] starts: a tree's position in its
+/// owner's list and a task's index in that tree's creation order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ListPosition {
+    /// The tree's position in the owner's list (positions start at 1).
+    pub tree: u64,
+    /// The first task of that tree to list.
+    pub task: u32,
+}
+
+/// Puts a new tree on its owner's list.
+fn enlist(tree: &Arc<TreeCell>) {
+    let mut st = tree.state.lock();
+    if let Some(owner) = st.owner.clone() {
+        st.listed = owner.enlist(tree);
     }
 }

@@ -145,8 +145,10 @@ impl Runtime {
                         version,
                         ticket: Default::default(),
                     },
+                    listed: 0,
                 },
             ));
+            super::enlist(&tree);
             for id in ids {
                 inner.index_insert(id, &tree);
             }

@@ -7,8 +7,8 @@
 //! (compute under the lock, notify after unlock).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 
 use futures::future::BoxFuture;
 use futures::task::AtomicWaker;
@@ -184,6 +184,8 @@ pub(crate) struct TreeState {
     pub(crate) owner: Option<Arc<Owner>>,
     /// Persistence bookkeeping (unused without a store).
     pub(crate) durable: Durable,
+    /// The tree's place in its owner's list ([`Owner::enlist`]); 0 when not listed.
+    pub(crate) listed: u64,
 }
 
 /// A tree's write position in the store.
@@ -195,12 +197,24 @@ pub(crate) struct Durable {
     pub(crate) ticket: Ticket,
 }
 
-/// A principal that owns trees, with a limit on its live (non-terminal) tasks.
+/// A principal that owns trees, with a limit on its live (non-terminal)
+/// tasks and the list of its trees in creation order (for `tasks/list`).
+///
+/// Lock order: a tree's lock may be held while taking the list's lock
+/// (a deleted tree leaves the list under its own lock), never the reverse.
 #[derive(Debug)]
 pub struct Owner {
     name: Arc<str>,
     live: AtomicUsize,
     max_live: usize,
+    trees: Mutex<OwnedTrees>,
+}
+
+/// An owner's trees by list position; a position is never reused.
+#[derive(Debug, Default)]
+struct OwnedTrees {
+    last: u64,
+    by_position: BTreeMap<u64, Weak<TreeCell>>,
 }
 
 impl Owner {
@@ -210,7 +224,38 @@ impl Owner {
             name: name.into(),
             live: AtomicUsize::new(0),
             max_live,
+            trees: Mutex::new(OwnedTrees::default()),
         })
+    }
+
+    /// Appends a tree to the owner's list; returns its position (≥ 1).
+    pub(crate) fn enlist(&self, tree: &Arc<TreeCell>) -> u64 {
+        let mut trees = self.trees.lock();
+        trees.last += 1;
+        let position = trees.last;
+        trees.by_position.insert(position, Arc::downgrade(tree));
+        position
+    }
+
+    /// Removes a deleted tree from the list.
+    pub(crate) fn delist(&self, position: u64) {
+        self.trees.lock().by_position.remove(&position);
+    }
+
+    /// Up to `max` listed trees from `position` on, in list order.
+    pub(crate) fn trees_from(&self, position: u64, max: usize) -> Vec<(u64, Weak<TreeCell>)> {
+        self.trees
+            .lock()
+            .by_position
+            .range(position..)
+            .take(max)
+            .map(|(p, t)| (*p, t.clone()))
+            .collect()
+    }
+
+    /// Trees in the owner's list.
+    pub fn tree_count(&self) -> usize {
+        self.trees.lock().by_position.len()
     }
 
     /// The principal's name.
@@ -442,6 +487,11 @@ impl Inner {
                 Effect::ArmTimer { at } => post.arm = Some(post.arm.map_or(at, |a| a.min(at))),
                 Effect::TreeDeleted { ids, .. } => {
                     post.tree_changed = true;
+                    if let Some(owner) = &st.owner
+                        && st.listed != 0
+                    {
+                        owner.delist(st.listed);
+                    }
                     for rt in st.rt.take_all() {
                         if let Some(cell) = rt.cell {
                             cell.set_ending();

@@ -35,6 +35,9 @@ pub struct ServerConfig {
     pub limits: ServerLimits,
     /// TTL of a task created by `tools/call` when the tool sets none.
     pub default_task_ttl_ms: Option<u64>,
+    /// Largest TTL a 2025-11-25 client may ask for with `params.task.ttl`
+    /// (a larger one is clamped to it).
+    pub max_task_ttl_ms: u64,
     /// Hosts accepted in `Origin` and `Host` headers (besides loopback names).
     pub allowed_hosts: Vec<String>,
     /// Bearer tokens; `None` runs as one anonymous principal.
@@ -50,6 +53,7 @@ impl Default for ServerConfig {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             limits: ServerLimits::default(),
             default_task_ttl_ms: Some(60 * 60 * 1000),
+            max_task_ttl_ms: 24 * 60 * 60 * 1000,
             allowed_hosts: Vec::new(),
             tokens: None,
             keep_alive: Duration::from_secs(15),

@@ -28,7 +28,7 @@ use crate::runtime::{Launch, Owner, RuntimeError};
 use crate::store::StoreError;
 
 /// Protocol versions answered through the legacy `initialize` handshake
-/// (base protocol only: tools, no tasks).
+/// (2025-11-25 with its tasks wire, see `legacy.rs`; 2025-06-18 tools only).
 pub const LEGACY_VERSIONS: [&str; 2] = ["2025-11-25", "2025-06-18"];
 
 /// The request metadata headers of Streamable HTTP.
@@ -57,7 +57,8 @@ pub struct Incoming<'a> {
 pub enum Reply {
     /// One JSON-RPC message (compact, one line) with its HTTP status.
     Message {
-        /// HTTP status (200, or 400/404/500 for errors).
+        /// HTTP status: 200 for results and for every JSON-RPC error the
+        /// transport texts do not give a status of its own (see [`status_for`]).
         status: u16,
         /// The message.
         body: String,
@@ -79,33 +80,76 @@ impl std::fmt::Debug for Reply {
     }
 }
 
-/// The HTTP status for a JSON-RPC error code.
+/// The HTTP status of a JSON-RPC error on the 2026-07-28 path.
+///
+/// The transport texts give a status only to these: header mismatch
+/// (`-32020`), a missing required client capability (`-32021`) and an
+/// unsupported protocol version (`-32022`) are `400 Bad Request`; an unknown
+/// method (`-32601`) is `404 Not Found`. A request whose `_meta` lacks a
+/// required key is also `400` (the pipeline says so itself, since its code,
+/// `-32602`, is shared with ordinary parameter errors). Every other error
+/// is a normal JSON-RPC response: `200`, so that clients see its code
+/// instead of a transport failure. On the legacy path every JSON-RPC error
+/// is `200`.
 pub fn status_for(code: ErrorCode) -> u16 {
     match code {
         ErrorCode::METHOD_NOT_FOUND => 404,
-        ErrorCode::INTERNAL_ERROR => 500,
-        _ => 400,
+        ErrorCode::HEADER_MISMATCH | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY => 400,
+        ErrorCode::UNSUPPORTED_PROTOCOL_VERSION => 400,
+        _ => 200,
     }
 }
 
-fn error_reply(id: Option<RequestId>, error: ErrorObject) -> Reply {
-    let status = status_for(error.code);
+/// A request the server answers with an error, and the HTTP status to send it with.
+#[derive(Debug)]
+pub(crate) struct Rejected {
+    pub(crate) status: u16,
+    pub(crate) error: ErrorObject,
+}
+
+impl Rejected {
+    /// An error sent with an explicit HTTP status.
+    pub(crate) fn with_status(status: u16, error: ErrorObject) -> Self {
+        Rejected { status, error }
+    }
+
+    /// An error on the 2026-07-28 path, with the status [`status_for`] gives it.
+    pub(crate) fn modern(error: ErrorObject) -> Self {
+        Rejected {
+            status: status_for(error.code),
+            error,
+        }
+    }
+
+    /// An error on the legacy path: always a normal response (200).
+    pub(crate) fn legacy(error: ErrorObject) -> Self {
+        Rejected { status: 200, error }
+    }
+}
+
+impl From<ErrorObject> for Rejected {
+    fn from(error: ErrorObject) -> Self {
+        Rejected::modern(error)
+    }
+}
+
+pub(crate) fn error_reply(status: u16, id: Option<RequestId>, error: ErrorObject) -> Reply {
     let body = serde_json::to_string(&JsonRpcError::new(id, error)).expect("error responses serialize");
     Reply::Message { status, body }
 }
 
-fn result_reply(id: &RequestId, result: Value) -> Reply {
+pub(crate) fn result_reply(id: &RequestId, result: Value) -> Reply {
     let body = serde_json::to_string(&json!({"jsonrpc": "2.0", "id": id.to_value(), "result": result}))
         .expect("results serialize");
     Reply::Message { status: 200, body }
 }
 
-fn invalid(message: impl Into<String>) -> ErrorObject {
+pub(crate) fn invalid(message: impl Into<String>) -> ErrorObject {
     ErrorObject::new(ErrorCode::INVALID_PARAMS, message)
 }
 
-fn header_mismatch(message: impl Into<String>) -> ErrorObject {
-    ErrorObject::new(ErrorCode::HEADER_MISMATCH, message)
+fn header_mismatch(message: impl Into<String>) -> Rejected {
+    Rejected::modern(ErrorObject::new(ErrorCode::HEADER_MISMATCH, message))
 }
 
 /// Methods of the 2026-07-28 surface this server answers (prompts only when registered).
@@ -130,7 +174,7 @@ fn decode_header_value(raw: &str) -> String {
     v.to_owned()
 }
 
-fn str_param<'a>(params: Option<&'a JsonObject>, key: &str) -> Option<&'a str> {
+pub(crate) fn str_param<'a>(params: Option<&'a JsonObject>, key: &str) -> Option<&'a str> {
     params.and_then(|p| p.get(key)).and_then(Value::as_str)
 }
 
@@ -140,21 +184,21 @@ impl Server {
         let req = match JsonRpcMessage::parse(incoming.body) {
             Ok(JsonRpcMessage::Request(req)) => req,
             Ok(JsonRpcMessage::Notification(_)) => return Reply::Accepted,
-            Ok(JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)) => {
-                return error_reply(
-                    None,
-                    ErrorObject::new(ErrorCode::INVALID_REQUEST, "the server sent no request to answer"),
-                );
+            // Answers to the input requests a legacy `tasks/result` stream sent.
+            Ok(JsonRpcMessage::Response(resp)) => {
+                return self.legacy_input_answer(resp, &incoming.principal).await;
             }
-            Err(e) => return error_reply(e.id, e.error),
+            Ok(JsonRpcMessage::Error(err)) => return self.legacy_input_refusal(&err),
+            // Not a JSON-RPC request at all: the HTTP layer's 400.
+            Err(e) => return error_reply(400, e.id, e.error),
         };
         let id = req.id.clone();
         let method = req.method.clone();
         match self.handle_request(req, &incoming).await {
             Ok(reply) => reply,
-            Err(error) => {
+            Err(Rejected { status, error }) => {
                 tracing::debug!(%method, code = error.code.0, message = %error.message, "request rejected");
-                error_reply(Some(id), error)
+                error_reply(status, Some(id), error)
             }
         }
     }
@@ -167,13 +211,9 @@ impl Server {
             || (!self.inner.prompts.is_empty() && matches!(method, "prompts/list" | "prompts/get"))
     }
 
-    async fn handle_request(
-        &self,
-        req: JsonRpcRequest,
-        incoming: &Incoming<'_>,
-    ) -> Result<Reply, ErrorObject> {
+    async fn handle_request(&self, req: JsonRpcRequest, incoming: &Incoming<'_>) -> Result<Reply, Rejected> {
         let params = req.params.as_ref();
-        let meta = RequestMeta::from_params(params)?;
+        let meta = RequestMeta::from_params(params).map_err(|e| Rejected::with_status(400, e))?;
         let headers = incoming.headers.as_ref();
         let meta_version = meta.as_ref().and_then(|m| m.protocol_version.clone());
         if meta_version.is_none() {
@@ -189,18 +229,23 @@ impl Server {
         {
             return Err(header_mismatch("missing MCP-Protocol-Version header"));
         }
+        // A request without the required `_meta` keys is malformed: -32602
+        // with HTTP 400 (basic-index.md, per-request protocol fields).
         let Some(meta) = meta else {
-            return Err(invalid(
-                "request params must carry `_meta` with io.modelcontextprotocol/protocolVersion and \
-                 io.modelcontextprotocol/clientCapabilities",
+            return Err(Rejected::with_status(
+                400,
+                invalid(
+                    "request params must carry `_meta` with io.modelcontextprotocol/protocolVersion and \
+                     io.modelcontextprotocol/clientCapabilities",
+                ),
             ));
         };
         let missing = meta.missing_required_keys();
         if !missing.is_empty() {
-            return Err(invalid(format!(
-                "request `_meta` is missing {}",
-                missing.join(" and ")
-            )));
+            return Err(Rejected::with_status(
+                400,
+                invalid(format!("request `_meta` is missing {}", missing.join(" and "))),
+            ));
         }
         let version = meta.protocol_version.clone().unwrap_or_default();
         if let Some(h) = headers
@@ -213,10 +258,11 @@ impl Server {
         }
         if version != PROTOCOL_VERSION {
             return Err(ErrorObject::new(
-                ErrorCode(-32022),
+                ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
                 format!("unsupported protocol version {version:?}; this server speaks {PROTOCOL_VERSION}"),
             )
-            .with_data(json!({"supported": [PROTOCOL_VERSION], "requested": version})));
+            .with_data(json!({"supported": [PROTOCOL_VERSION], "requested": version}))
+            .into());
         }
         if let Some(h) = headers {
             match h
@@ -238,7 +284,8 @@ impl Server {
             return Err(ErrorObject::new(
                 ErrorCode::METHOD_NOT_FOUND,
                 format!("method not found: {:?}", req.method),
-            ));
+            )
+            .into());
         }
         if let Some(h) = headers {
             let source = match req.method.as_str() {
@@ -268,7 +315,7 @@ impl Server {
         let caps = meta.client_capabilities.clone().unwrap_or_default();
         let tasks = caps.tasks();
         if TASK_METHODS.contains(&req.method.as_str()) && tasks.is_none() {
-            return Err(ErrorObject::tasks_extension_required());
+            return Err(ErrorObject::tasks_extension_required().into());
         }
         let ctx = RequestCtx {
             id: req.id.clone(),
@@ -277,12 +324,12 @@ impl Server {
             tasks,
         };
         match req.method.as_str() {
-            "server/discover" => Ok(result_reply(&ctx.id, self.discover())),
+            "server/discover" => Ok(result_reply(&ctx.id, self.discover(&ctx))),
             "tools/list" => Ok(result_reply(&ctx.id, self.tools_list(true))),
-            "tools/call" => self.tools_call(&req, &ctx, false).await,
+            "tools/call" => Ok(self.tools_call(&req, &ctx, CallMode::Modern).await?),
             "prompts/list" => Ok(result_reply(&ctx.id, self.prompts_list())),
-            "prompts/get" => self.prompts_get(&req, &ctx).await,
-            "subscriptions/listen" => self.listen(&req, &ctx),
+            "prompts/get" => Ok(self.prompts_get(&req, &ctx).await?),
+            "subscriptions/listen" => Ok(self.listen(&req, &ctx)?),
             _ => {
                 let (reply, id) = self.task_method(&req, &ctx)?;
                 // Nothing is acknowledged or shown before it is durable.
@@ -292,10 +339,17 @@ impl Server {
         }
     }
 
-    fn discover(&self) -> Value {
+    /// `server/discover`. The tasks extension's settings are `{}` (the final
+    /// extension defines none, and released clients accept exactly that),
+    /// plus the SEP-2669 sub-capabilities (`steer`, `pause`) that this
+    /// request's client capabilities declared: a client learns of them only
+    /// by asking, and a client that knows only the final extension sees the
+    /// settings it expects (docs/protocol.md, "Capabilities").
+    fn discover(&self, ctx: &RequestCtx) -> Value {
+        let offered = TasksCapability::FULL.intersect(ctx.tasks.unwrap_or(TasksCapability::BASE));
         let mut caps = json!({
             "tools": {},
-            "extensions": {TASKS_EXTENSION: TasksCapability::FULL.to_settings()},
+            "extensions": {TASKS_EXTENSION: offered.to_settings()},
         });
         if !self.inner.prompts.is_empty() {
             caps["prompts"] = json!({});
@@ -310,21 +364,27 @@ impl Server {
         })
     }
 
-    fn server_info(&self) -> Value {
+    pub(crate) fn server_info(&self) -> Value {
         json!({"name": self.inner.config.name, "version": self.inner.config.version})
     }
 
-    fn tools_list(&self, modern: bool) -> Value {
+    pub(crate) fn tools_list(&self, modern: bool) -> Value {
         let tools: Vec<Value> = self
             .inner
             .tools
             .iter()
             .map(|t| {
-                json!({
+                let mut tool = json!({
                     "name": t.spec.name,
                     "description": t.spec.description,
                     "inputSchema": t.spec.input_schema,
-                })
+                });
+                if !modern {
+                    // 2025-11-25 tool-level negotiation; the 2026 extension
+                    // leaves the choice to the server and has no such field.
+                    tool["execution"] = json!({"taskSupport": t.spec.task_support.as_str()});
+                }
+                tool
             })
             .collect();
         if modern {
@@ -385,101 +445,156 @@ impl Server {
             .ok_or_else(|| invalid(format!("unknown tool {name:?}")))
     }
 
-    async fn tools_call(
+    /// `tools/call` on either wire: the arguments are checked against the
+    /// tool's schema (a violation is an `isError` result the model can act
+    /// on), then the tool answers with a result, an MRTR round, a task or a
+    /// protocol error.
+    pub(crate) async fn tools_call(
         &self,
         req: &JsonRpcRequest,
         ctx: &RequestCtx,
-        legacy: bool,
+        mode: CallMode,
     ) -> Result<Reply, ErrorObject> {
+        let legacy = mode != CallMode::Modern;
         let name =
             str_param(req.params.as_ref(), "name").ok_or_else(|| invalid("`name` must be a string"))?;
         let tool = self.tool(name)?.clone();
-        if tool.spec.task_support == TaskSupport::Required && ctx.tasks.is_none() {
-            return Err(if legacy {
-                invalid(format!(
-                    "tool {name:?} runs only as a task: call it with protocol {PROTOCOL_VERSION} and the tasks extension"
-                ))
-            } else {
-                ErrorObject::tasks_extension_required()
-            });
+        match (tool.spec.task_support, mode) {
+            (TaskSupport::Required, CallMode::Modern) if ctx.tasks.is_none() => {
+                return Err(ErrorObject::tasks_extension_required());
+            }
+            // 2025-11-25, tool-level negotiation: -32601 for a required task
+            // tool called without `params.task`, and for a task-augmented
+            // call of a tool that forbids it.
+            (TaskSupport::Required, CallMode::LegacySync) => {
+                return Err(ErrorObject::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!(
+                        "tool {name:?} runs only as a task: call it with `params.task` (task augmentation required)"
+                    ),
+                ));
+            }
+            (TaskSupport::Forbidden, CallMode::LegacyTask { .. }) => {
+                return Err(ErrorObject::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!(
+                        "tool {name:?} does not support task-augmented calls (execution.taskSupport is \"forbidden\")"
+                    ),
+                ));
+            }
+            _ => {}
         }
         let call = self.read_call(req, ctx, name)?;
-        let call_copy = call.clone();
-        let outcome = tool.tool.call(call).await;
-        match outcome {
-            ToolOutcome::Complete(result) => Ok(result_reply(&ctx.id, complete(result, legacy))),
-            ToolOutcome::Error(e) => Err(e),
+        let outcome = match tool.spec.check_arguments(&call.arguments) {
+            Err(e) => ToolOutcome::Complete(super::tool::error_result(format!("{e}"))),
+            Ok(()) => tool.tool.call(call.clone()).await,
+        };
+        let (body, ttl_ms) = match outcome {
+            ToolOutcome::Error(e) => return Err(e),
+            ToolOutcome::InputRequired { .. } if legacy => {
+                return Err(invalid(format!(
+                    "tool {name:?} needs client input before it starts, which the legacy protocol cannot carry"
+                )));
+            }
             ToolOutcome::InputRequired {
                 input_requests,
                 state,
             } => {
-                if legacy {
-                    return Err(invalid(format!(
-                        "tool {name:?} needs client input, which the legacy protocol cannot carry"
-                    )));
-                }
                 let mut result = json!({"resultType": "input_required", "inputRequests": input_requests});
                 if let Some(state) = state {
                     result["requestState"] = Value::String(self.inner.state_key.seal(name, &state));
                 }
-                Ok(result_reply(&ctx.id, result))
+                return Ok(result_reply(&ctx.id, result));
             }
-            ToolOutcome::Task { body, ttl_ms } => {
-                let owner = self.owner(&ctx.principal);
-                let opts = RootOptions {
-                    ttl_ms: ttl_ms.or(self.inner.config.default_task_ttl_ms),
-                    poll_interval_ms: None,
-                };
-                let launch = self.inner.runtime.store().map(|_| Launch {
-                    resumable: tool.spec.resumable,
-                    call: super::tool::launch_of(&call_copy),
-                });
-                let id = self
-                    .inner
-                    .runtime
-                    .start_root_launch(Some(owner), opts, body, launch)
-                    .map_err(runtime_error)?;
-                if ctx.tasks.is_some() && !legacy {
-                    let snap = self.inner.runtime.get(id, ctx.view()).ok_or_else(|| {
-                        ErrorObject::new(
-                            ErrorCode::INTERNAL_ERROR,
-                            "task vanished right after it was created",
-                        )
-                    })?;
-                    // CreateTaskResult only once the task is durable (spec
-                    // MUST), with everything the snapshot shows: the handler
-                    // may have created subtasks (listed in `childTaskIds`)
-                    // after the task's own batch, so wait after reading it.
-                    self.inner.runtime.flushed(id).await.map_err(store_error)?;
-                    let mut result = serde_json::to_value(crate::model::CreateTaskResult::new(seed(snap)))
-                        .expect("task results serialize");
-                    result["resultType"] = json!("task");
-                    return Ok(result_reply(&ctx.id, result));
-                }
-                self.inner.runtime.flushed(id).await.map_err(store_error)?;
-                // A client without the tasks extension gets the final result;
-                // if it goes away, the task is cancelled.
-                let guard = CancelOnDrop {
-                    server: self.clone(),
-                    id,
-                    armed: true,
-                };
-                let done = self.inner.runtime.wait(id, ClientView::BASE).await;
-                let mut guard = guard;
-                guard.armed = false;
-                self.inner.runtime.flushed(id).await.map_err(store_error)?;
-                match done.map(|t| t.into_parts().1) {
-                    Some(TaskPayload::Completed { result }) => {
-                        Ok(result_reply(&ctx.id, complete(result, legacy)))
-                    }
-                    Some(TaskPayload::Failed { error }) => Err(error),
-                    _ => Err(ErrorObject::new(
-                        ErrorCode::INTERNAL_ERROR,
-                        "the tool's task was cancelled",
-                    )),
-                }
+            // A task-augmented legacy call must be answered with a task: a
+            // result the tool gave at once becomes a task that completes with it.
+            ToolOutcome::Complete(result) if matches!(mode, CallMode::LegacyTask { .. }) => {
+                let body: super::TaskBody = Box::new(move |_ctx| Box::pin(async move { Ok(result) }));
+                (body, None)
             }
+            ToolOutcome::Complete(result) => return Ok(result_reply(&ctx.id, complete(result, legacy))),
+            ToolOutcome::Task { body, ttl_ms } => (body, ttl_ms),
+        };
+        let ttl_ms = match mode {
+            CallMode::LegacyTask { ttl_ms: Some(asked) } => {
+                Some(asked.clamp(1, self.inner.config.max_task_ttl_ms))
+            }
+            _ => ttl_ms.or(self.inner.config.default_task_ttl_ms),
+        };
+        let id = self.start_task(&ctx.principal, &tool, &call, body, ttl_ms)?;
+        let returns_task = match mode {
+            CallMode::Modern => ctx.tasks.is_some(),
+            CallMode::LegacyTask { .. } => true,
+            CallMode::LegacySync => false,
+        };
+        if returns_task {
+            let view = if legacy { ClientView::BASE } else { ctx.view() };
+            let snap = self.inner.runtime.get(id, view).ok_or_else(|| {
+                ErrorObject::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    "task vanished right after it was created",
+                )
+            })?;
+            // CreateTaskResult only once the task is durable (spec MUST),
+            // with everything the snapshot shows: the handler may have
+            // created subtasks (listed in `childTaskIds`) after the task's
+            // own batch, so wait after reading it.
+            self.inner.runtime.flushed(id).await.map_err(store_error)?;
+            let result = if legacy {
+                json!({"task": super::legacy::task_object(&seed(snap))})
+            } else {
+                serde_json::to_value(crate::model::CreateTaskResult::new(seed(snap)))
+                    .expect("task results serialize")
+            };
+            return Ok(result_reply(&ctx.id, result));
         }
+        self.inner.runtime.flushed(id).await.map_err(store_error)?;
+        // A client that did not ask for a task gets the final result; if it
+        // goes away, the task is cancelled.
+        let guard = CancelOnDrop {
+            server: self.clone(),
+            id,
+            armed: true,
+        };
+        let done = self.inner.runtime.wait(id, ClientView::BASE).await;
+        let mut guard = guard;
+        guard.armed = false;
+        self.inner.runtime.flushed(id).await.map_err(store_error)?;
+        // An execution failure of a synchronous call is a tool result with
+        // `isError: true`, so the model can act on it (server-tools.md, Error
+        // Handling); the task itself stays `failed` with its error.
+        let result = match done.map(|t| t.into_parts().1) {
+            Some(TaskPayload::Completed { result }) => result,
+            Some(TaskPayload::Failed { error }) => {
+                super::tool::error_result(format!("{name} failed: {} (error {})", error.message, error.code))
+            }
+            _ => super::tool::error_result(format!("{name} was cancelled before it finished")),
+        };
+        Ok(result_reply(&ctx.id, complete(result, legacy)))
+    }
+
+    /// Starts the root task of a `tools/call`, owned by the caller, with
+    /// what a durable store needs to run it again.
+    fn start_task(
+        &self,
+        principal: &Principal,
+        tool: &RegisteredTool,
+        call: &ToolCall,
+        body: super::TaskBody,
+        ttl_ms: Option<u64>,
+    ) -> Result<TaskId, ErrorObject> {
+        let opts = RootOptions {
+            ttl_ms,
+            poll_interval_ms: None,
+        };
+        let launch = self.inner.runtime.store().map(|_| Launch {
+            resumable: tool.spec.resumable,
+            call: super::tool::launch_of(call),
+        });
+        self.inner
+            .runtime
+            .start_root_launch(Some(self.owner(principal)), opts, body, launch)
+            .map_err(runtime_error)
     }
 
     async fn prompts_get(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
@@ -519,7 +634,7 @@ impl Server {
 
     /// Resolves a task id the caller may see; unknown, malformed and foreign
     /// ids are indistinguishable.
-    fn visible_task(&self, raw: &str, principal: &Principal) -> Result<TaskId, ErrorObject> {
+    pub(crate) fn visible_task(&self, raw: &str, principal: &Principal) -> Result<TaskId, ErrorObject> {
         let not_found = ErrorObject::task_not_found;
         let id: TaskId = raw.parse().map_err(|_| not_found())?;
         match self.inner.runtime.owner_of(id) {
@@ -639,7 +754,7 @@ impl Server {
                         all.push(rt.subscribe(&[*child], view).boxed());
                     }
                 }
-                let mut params = serde_json::to_value(&task).expect("tasks serialize");
+                let mut params = serde_json::to_value(modern_view(task)).expect("tasks serialize");
                 params["_meta"] = json!({META_SUBSCRIPTION_ID: sid});
                 let note = json!({"jsonrpc": "2.0", "method": "notifications/tasks", "params": params});
                 Some((note.to_string(), (all, watched, rt)))
@@ -651,57 +766,30 @@ impl Server {
         });
         Ok(Reply::Stream(first.chain(updates).chain(end).boxed()))
     }
+}
 
-    async fn handle_legacy(
-        &self,
-        req: JsonRpcRequest,
-        incoming: &Incoming<'_>,
-    ) -> Result<Reply, ErrorObject> {
-        let ctx = RequestCtx {
-            id: req.id.clone(),
-            principal: incoming.principal.clone(),
-            caps: ClientCapabilities::default(),
-            tasks: None,
-        };
-        match req.method.as_str() {
-            "initialize" => {
-                let requested =
-                    str_param(req.params.as_ref(), "protocolVersion").unwrap_or(LEGACY_VERSIONS[0]);
-                let version = if LEGACY_VERSIONS.contains(&requested) {
-                    requested
-                } else {
-                    LEGACY_VERSIONS[0]
-                };
-                Ok(result_reply(
-                    &ctx.id,
-                    json!({
-                        "protocolVersion": version,
-                        "capabilities": {"tools": {"listChanged": false}},
-                        "serverInfo": self.server_info(),
-                        "instructions": "Tasks, subtasks, steering and pause need protocol 2026-07-28 with the \
-                                         io.modelcontextprotocol/tasks extension.",
-                    }),
-                ))
-            }
-            "ping" => Ok(result_reply(&ctx.id, json!({}))),
-            "tools/list" => Ok(result_reply(&ctx.id, self.tools_list(false))),
-            "tools/call" => self.tools_call(&req, &ctx, true).await,
-            other => Err(ErrorObject::new(
-                ErrorCode::METHOD_NOT_FOUND,
-                format!(
-                    "method not found: {other:?} (legacy protocol: initialize, ping, tools/list, tools/call)"
-                ),
-            )),
-        }
-    }
+/// How a `tools/call` arrived, which decides whether it may become a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CallMode {
+    /// 2026-07-28: a task when the tool makes one and the request declared
+    /// the tasks extension.
+    Modern,
+    /// Legacy without `params.task`: answered with the final result.
+    LegacySync,
+    /// Legacy with `params.task` (2025-11-25 task augmentation): answered
+    /// with a `CreateTaskResult`, with the requested TTL if any.
+    LegacyTask {
+        /// `params.task.ttl`.
+        ttl_ms: Option<u64>,
+    },
 }
 
 /// Per-request context after validation.
-struct RequestCtx {
-    id: RequestId,
-    principal: Principal,
-    caps: ClientCapabilities,
-    tasks: Option<TasksCapability>,
+pub(crate) struct RequestCtx {
+    pub(crate) id: RequestId,
+    pub(crate) principal: Principal,
+    pub(crate) caps: ClientCapabilities,
+    pub(crate) tasks: Option<TasksCapability>,
 }
 
 impl RequestCtx {
@@ -725,7 +813,7 @@ fn responses_of(m: &serde_json::Map<String, Value>) -> InputResponses {
         .collect()
 }
 
-fn complete(result: JsonObject, legacy: bool) -> Value {
+pub(crate) fn complete(result: JsonObject, legacy: bool) -> Value {
     let mut v = result.to_value();
     if !legacy {
         v["resultType"] = json!("complete");
@@ -734,12 +822,30 @@ fn complete(result: JsonObject, legacy: bool) -> Value {
 }
 
 fn task_result(task: DetailedTask) -> Value {
-    serde_json::to_value(GetTaskResult::new(task)).expect("task results serialize")
+    serde_json::to_value(GetTaskResult::new(modern_view(task))).expect("task results serialize")
+}
+
+/// A task as the 2026-07-28 wire shows it: a completed task's `result` is a
+/// complete `CallToolResult` of that revision, so it carries `resultType:
+/// "complete"` (tool handlers, subtasks included, return the bare result).
+pub(crate) fn modern_view(task: DetailedTask) -> DetailedTask {
+    let (task, payload) = task.into_parts();
+    let payload = match payload {
+        TaskPayload::Completed { result } if !result.as_map().contains_key("resultType") => {
+            let mut map = result.as_map().clone();
+            map.insert("resultType".to_owned(), json!("complete"));
+            TaskPayload::Completed {
+                result: JsonObject::from_map(map),
+            }
+        }
+        other => other,
+    };
+    DetailedTask::new(task, payload)
 }
 
 /// The seed state of a new task: as created (`working`, no payload), even if
 /// the handler already moved on — the client polls for the rest.
-fn seed(snap: DetailedTask) -> DetailedTask {
+pub(crate) fn seed(snap: DetailedTask) -> DetailedTask {
     let (mut task, payload) = snap.into_parts();
     if !matches!(payload, TaskPayload::Working) {
         task.status_message = None;
@@ -748,14 +854,14 @@ fn seed(snap: DetailedTask) -> DetailedTask {
     DetailedTask::new(task, TaskPayload::Working)
 }
 
-fn store_error(e: StoreError) -> ErrorObject {
+pub(crate) fn store_error(e: StoreError) -> ErrorObject {
     ErrorObject::new(
         ErrorCode::INTERNAL_ERROR,
         format!("the change could not be made durable: {e}"),
     )
 }
 
-fn runtime_error(e: RuntimeError) -> ErrorObject {
+pub(crate) fn runtime_error(e: RuntimeError) -> ErrorObject {
     match &e {
         RuntimeError::Transition(crate::core::TransitionError::UnknownTask(_)) => {
             ErrorObject::task_not_found()

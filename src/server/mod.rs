@@ -8,7 +8,9 @@ mod auth;
 mod config;
 mod dispatch;
 pub mod http;
+mod legacy;
 mod mrtr;
+mod schema;
 pub mod stdio;
 mod tool;
 
@@ -17,6 +19,7 @@ use std::sync::Arc;
 pub use auth::{Principal, TokenTable};
 pub use config::{ServerConfig, ServerLimits};
 pub use dispatch::{Incoming, LEGACY_VERSIONS, Reply, RequestHeaders, status_for};
+pub use schema::{ArgumentError, check_arguments};
 pub use tool::{
     PromptSpec, RegisteredPrompt, RegisteredTool, TaskBody, TaskSupport, Tool, ToolCall, ToolOutcome,
     ToolSpec, elicitation, error_result, text_result,

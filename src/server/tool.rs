@@ -25,6 +25,17 @@ pub enum TaskSupport {
     Required,
 }
 
+impl TaskSupport {
+    /// The 2025-11-25 `execution.taskSupport` spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskSupport::Forbidden => "forbidden",
+            TaskSupport::Optional => "optional",
+            TaskSupport::Required => "required",
+        }
+    }
+}
+
 /// How a tool is listed in `tools/list`.
 #[derive(Debug, Clone)]
 pub struct ToolSpec {
@@ -58,6 +69,18 @@ impl ToolSpec {
             task_support,
             resumable: false,
         }
+    }
+
+    /// Checks call arguments against [`ToolSpec::input_schema`]. The server
+    /// does this before every call and answers a violation with an
+    /// `isError` result naming the argument, so the tool itself sees only
+    /// arguments its schema allows.
+    ///
+    /// # Errors
+    ///
+    /// The first violation (see [`check_arguments`](super::check_arguments)).
+    pub fn check_arguments(&self, arguments: &JsonObject) -> Result<(), super::ArgumentError> {
+        super::check_arguments(&self.input_schema, arguments)
     }
 
     /// Declares the tool resumable (see [`ToolSpec::resumable`]).
@@ -160,7 +183,10 @@ pub enum ToolOutcome {
         /// TTL of the task (the server's default when `None`).
         ttl_ms: Option<u64>,
     },
-    /// A JSON-RPC error for this request.
+    /// A JSON-RPC (protocol) error for this request: for requests that are
+    /// malformed, not for problems a model could fix by calling again. Bad
+    /// argument values and failures of the tool's work are tool results
+    /// with `isError: true` ([`ToolOutcome::tool_error`]).
     Error(ErrorObject),
 }
 
@@ -183,6 +209,13 @@ impl std::fmt::Debug for ToolOutcome {
 }
 
 impl ToolOutcome {
+    /// A tool execution error: a `CallToolResult` with `isError: true` and
+    /// `message` as its text, which the client hands to the model so it can
+    /// correct itself (an argument out of range, a failed lookup, ...).
+    pub fn tool_error(message: impl Into<String>) -> Self {
+        ToolOutcome::Complete(error_result(message))
+    }
+
     /// A task running `f`.
     pub fn task<F, Fut>(f: F) -> Self
     where

@@ -1,0 +1,520 @@
+//! The legacy path: protocol 2025-11-25 (and 2025-06-18) through the
+//! `initialize` handshake, with the 2025-11-25 tasks wire (SEP-1686,
+//! `tasks-2025-11-25-legacy.md`) and SEP-2268 subtasks on it, served from
+//! the same runtime and store as the 2026-07-28 wire.
+//!
+//! What differs from the 2026 wire, and how this module maps it:
+//!
+//! - a client asks for a task with `params.task` (`{ttl}`) and gets
+//!   `{task: Task}`; a tool's `execution.taskSupport` is listed;
+//! - a `Task` has `ttl` and `pollInterval` (not `ttlMs` / `pollIntervalMs`)
+//!   and no inlined result, error or input requests;
+//! - `tasks/result` waits for the end and answers the tool's own result
+//!   (or its JSON-RPC error) with the related-task metadata; while it
+//!   waits, its SSE stream carries `notifications/tasks/status` and the
+//!   task's input requests as server-to-client requests, whose answers the
+//!   client POSTs back ([`Server::legacy_input_answer`]);
+//! - `tasks/list` lists the caller's tasks, `tasks/cancel` answers the
+//!   task once it is `cancelled` and refuses a terminal one;
+//! - `paused` does not exist (a paused task shows as `working` with a
+//!   `statusMessage`), and a tool result with `isError: true` makes the task
+//!   `failed` (the 2026 wire shows it `completed`).
+//!
+//! This module must not hold lifecycle logic: it only reshapes what the
+//! runtime says.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use futures::stream::{BoxStream, StreamExt};
+use serde_json::{Value, json};
+
+use super::LEGACY_VERSIONS;
+use super::Server;
+use super::auth::Principal;
+use super::dispatch::{
+    CallMode, Incoming, Rejected, Reply, RequestCtx, error_reply, invalid, result_reply, runtime_error,
+    store_error, str_param,
+};
+use crate::core::ClientView;
+use crate::model::{
+    ClientCapabilities, DetailedTask, ErrorCode, ErrorObject, InputResponses, JsonObject, JsonRpcError,
+    JsonRpcRequest, JsonRpcResponse, RequestId, TaskId, TaskPayload, TasksCapability,
+};
+use crate::runtime::ListPosition;
+
+/// The `_meta` key that ties a message to its task (2025-11-25).
+pub const META_RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// Prefix of the ids of the input requests a `tasks/result` stream sends:
+/// `subtask-input:<taskId>:<key>`. The id names the task and the key, so
+/// an answer needs no server-side state to find them.
+const INPUT_ID_PREFIX: &str = "subtask-input:";
+
+/// Tasks per `tasks/list` page.
+const LIST_PAGE: usize = 100;
+
+/// How long `tasks/cancel` waits for the task to reach a terminal status
+/// before it answers with the state it has (the runtime aborts a handler
+/// that ignores its cancel after `RuntimeConfig::cancel_grace`).
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
+/// The 2025-11-25 `Task` object of a snapshot (taken with
+/// [`ClientView::BASE`], so `paused` already reads as `working`), with the
+/// SEP-2268 links.
+pub(crate) fn task_object(t: &DetailedTask) -> Value {
+    let task = t.task();
+    let (status, message) = status_of(t);
+    let mut v = json!({
+        "taskId": task.task_id,
+        "status": status,
+        "createdAt": task.created_at,
+        "lastUpdatedAt": task.last_updated_at,
+        "ttl": task.ttl_ms,
+    });
+    if let Some(m) = message {
+        v["statusMessage"] = Value::String(m);
+    }
+    if let Some(p) = task.poll_interval_ms {
+        v["pollInterval"] = json!(p);
+    }
+    if let Some(p) = task.parent_task_id {
+        v["parentTaskId"] = json!(p);
+    }
+    if !task.child_task_ids.is_empty() {
+        v["childTaskIds"] = json!(task.child_task_ids);
+    }
+    v
+}
+
+/// The 2025-11-25 status and status message: a completed tool call whose
+/// result has `isError: true` is `failed` there; a failed task without a
+/// message shows its error's message.
+fn status_of(t: &DetailedTask) -> (&'static str, Option<String>) {
+    let message = t.task().status_message.clone();
+    match t.payload() {
+        TaskPayload::Completed { result } if result.get("isError") == Some(&Value::Bool(true)) => {
+            let text = first_text(result).unwrap_or("the tool reported an error");
+            ("failed", message.or_else(|| Some(text.to_owned())))
+        }
+        TaskPayload::Failed { error } => ("failed", message.or_else(|| Some(error.message.clone()))),
+        _ => (t.status().as_str(), message),
+    }
+}
+
+fn first_text(result: &JsonObject) -> Option<&str> {
+    result
+        .get("content")?
+        .as_array()?
+        .iter()
+        .find_map(|c| c.get("text").and_then(Value::as_str))
+}
+
+/// The related-task metadata of a task (SEP-2268 adds `parentTaskId`).
+fn related_task(t: &DetailedTask) -> Value {
+    let mut v = json!({"taskId": t.task().task_id});
+    if let Some(p) = t.task().parent_task_id {
+        v["parentTaskId"] = json!(p);
+    }
+    json!({ META_RELATED_TASK: v })
+}
+
+/// The answer of `tasks/result` for a terminal task: the tool's result with
+/// the related-task metadata, or the JSON-RPC error it failed with.
+fn final_message(id: &RequestId, t: &DetailedTask) -> String {
+    let message = match t.payload() {
+        TaskPayload::Completed { result } => {
+            let mut map = result.as_map().clone();
+            map.remove("resultType");
+            let mut meta = match map.remove("_meta") {
+                Some(Value::Object(m)) => m,
+                _ => serde_json::Map::new(),
+            };
+            if let Value::Object(related) = related_task(t) {
+                meta.extend(related);
+            }
+            map.insert("_meta".to_owned(), Value::Object(meta));
+            json!({"jsonrpc": "2.0", "id": id.to_value(), "result": map})
+        }
+        TaskPayload::Failed { error } => {
+            serde_json::to_value(JsonRpcError::new(Some(id.clone()), error.clone()))
+                .expect("errors serialize")
+        }
+        _ => {
+            let error = ErrorObject::new(
+                ErrorCode::INTERNAL_ERROR,
+                "the task was cancelled before it finished",
+            )
+            .with_data(json!({"taskId": t.task().task_id, "status": "cancelled"}));
+            serde_json::to_value(JsonRpcError::new(Some(id.clone()), error)).expect("errors serialize")
+        }
+    };
+    message.to_string()
+}
+
+/// A cursor of `tasks/list`: opaque to clients, checked when it comes back.
+fn encode_cursor(p: ListPosition) -> String {
+    URL_SAFE_NO_PAD.encode(format!("subtask-list:{}:{}", p.tree, p.task))
+}
+
+fn decode_cursor(raw: &str) -> Option<ListPosition> {
+    let bytes = URL_SAFE_NO_PAD.decode(raw).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (tree, task) = text.strip_prefix("subtask-list:")?.split_once(':')?;
+    Some(ListPosition {
+        tree: tree.parse().ok()?,
+        task: task.parse().ok()?,
+    })
+}
+
+impl Server {
+    /// A request on the legacy path. Every JSON-RPC error is sent with HTTP
+    /// 200 (the 2025-11-25 transport gives errors no status of their own).
+    pub(crate) async fn handle_legacy(
+        &self,
+        req: JsonRpcRequest,
+        incoming: &Incoming<'_>,
+    ) -> Result<Reply, Rejected> {
+        let ctx = RequestCtx {
+            id: req.id.clone(),
+            principal: incoming.principal.clone(),
+            caps: ClientCapabilities::default(),
+            tasks: None,
+        };
+        let params = req.params.as_ref();
+        let reply = match req.method.as_str() {
+            "initialize" => Ok(result_reply(&ctx.id, self.initialize(params))),
+            "ping" => Ok(result_reply(&ctx.id, json!({}))),
+            "tools/list" => Ok(result_reply(&ctx.id, self.tools_list(false))),
+            "tools/call" => match call_mode(params) {
+                Ok(mode) => {
+                    // A task-augmented call speaks a tasks wire: the tool
+                    // sees the base tasks capability.
+                    let ctx = RequestCtx {
+                        tasks: matches!(mode, CallMode::LegacyTask { .. }).then_some(TasksCapability::BASE),
+                        ..ctx
+                    };
+                    self.tools_call(&req, &ctx, mode).await
+                }
+                Err(e) => Err(e),
+            },
+            "tasks/get" => self.legacy_get(&req, &ctx).await,
+            "tasks/result" => self.legacy_result(&req, &ctx).await,
+            "tasks/list" => self.legacy_list(&req, &ctx).await,
+            "tasks/cancel" => self.legacy_cancel(&req, &ctx).await,
+            other => Err(ErrorObject::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!(
+                    "method not found: {other:?} (protocol {}: initialize, ping, tools/list, tools/call, \
+                     tasks/get, tasks/result, tasks/list, tasks/cancel)",
+                    LEGACY_VERSIONS[0]
+                ),
+            )),
+        };
+        reply.map_err(Rejected::legacy)
+    }
+
+    fn initialize(&self, params: Option<&JsonObject>) -> Value {
+        let requested = str_param(params, "protocolVersion").unwrap_or(LEGACY_VERSIONS[0]);
+        let version = if LEGACY_VERSIONS.contains(&requested) {
+            requested
+        } else {
+            LEGACY_VERSIONS[0]
+        };
+        let mut capabilities = json!({"tools": {"listChanged": false}});
+        // Tasks exist from 2025-11-25 on.
+        if version == LEGACY_VERSIONS[0] {
+            capabilities["tasks"] = json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
+        }
+        json!({
+            "protocolVersion": version,
+            "capabilities": capabilities,
+            "serverInfo": self.server_info(),
+            "instructions": "Tools with execution.taskSupport run as tasks when called with `params.task`; \
+                             subtasks appear in childTaskIds. Steer, pause and resume need protocol \
+                             2026-07-28 with the io.modelcontextprotocol/tasks extension.",
+        })
+    }
+
+    fn legacy_task_id(&self, req: &JsonRpcRequest, principal: &Principal) -> Result<TaskId, ErrorObject> {
+        let raw =
+            str_param(req.params.as_ref(), "taskId").ok_or_else(|| invalid("`taskId` must be a string"))?;
+        self.visible_task(raw, principal)
+    }
+
+    async fn legacy_get(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
+        let id = self.legacy_task_id(req, &ctx.principal)?;
+        let rt = &self.inner.runtime;
+        let snap = rt
+            .get(id, ClientView::BASE)
+            .ok_or_else(ErrorObject::task_not_found)?;
+        rt.flushed(id).await.map_err(store_error)?;
+        Ok(result_reply(&ctx.id, task_object(&snap)))
+    }
+
+    /// `tasks/result`: the answer at once for a terminal task; otherwise an
+    /// SSE stream of status notifications and input requests that ends with
+    /// the answer.
+    async fn legacy_result(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
+        let id = self.legacy_task_id(req, &ctx.principal)?;
+        let rt = self.inner.runtime.clone();
+        let snap = rt
+            .get(id, ClientView::BASE)
+            .ok_or_else(ErrorObject::task_not_found)?;
+        if snap.status().is_terminal() {
+            rt.flushed(id).await.map_err(store_error)?;
+            return Ok(Reply::Message {
+                status: 200,
+                body: final_message(&ctx.id, &snap),
+            });
+        }
+        struct State {
+            updates: BoxStream<'static, DetailedTask>,
+            rt: crate::runtime::Runtime,
+            request: RequestId,
+            asked: HashSet<String>,
+            ready: std::collections::VecDeque<String>,
+            done: bool,
+        }
+        let state = State {
+            updates: rt.subscribe(&[id], ClientView::BASE).boxed(),
+            rt,
+            request: ctx.id.clone(),
+            asked: HashSet::new(),
+            ready: std::collections::VecDeque::new(),
+            done: false,
+        };
+        let stream = futures::stream::unfold(state, move |mut st| async move {
+            loop {
+                if let Some(m) = st.ready.pop_front() {
+                    return Some((m, st));
+                }
+                if st.done {
+                    return None;
+                }
+                st.done = true;
+                let Some(snap) = st.updates.next().await else {
+                    // The tree was deleted while the client waited.
+                    let e = JsonRpcError::new(Some(st.request.clone()), ErrorObject::task_not_found());
+                    st.ready
+                        .push_back(serde_json::to_string(&e).expect("errors serialize"));
+                    continue;
+                };
+                // Shown only once durable; a store failure ends the wait with an error.
+                if let Err(e) = st.rt.flushed(id).await {
+                    let e = JsonRpcError::new(Some(st.request.clone()), store_error(e));
+                    st.ready
+                        .push_back(serde_json::to_string(&e).expect("errors serialize"));
+                    continue;
+                }
+                st.done = false;
+                let note = json!({"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": task_object(&snap)});
+                st.ready.push_back(note.to_string());
+                if let TaskPayload::InputRequired { input_requests } = snap.payload() {
+                    for (key, request) in input_requests {
+                        if st.asked.insert(key.clone()) {
+                            st.ready.push_back(input_request(&snap, key, request));
+                        }
+                    }
+                }
+                if snap.status().is_terminal() {
+                    st.ready.push_back(final_message(&st.request, &snap));
+                    st.done = true;
+                }
+            }
+        });
+        Ok(Reply::Stream(stream.boxed()))
+    }
+
+    async fn legacy_list(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
+        let from = match req.params.as_ref().and_then(|p| p.get("cursor")) {
+            None | Some(Value::Null) => ListPosition::default(),
+            Some(Value::String(c)) => {
+                decode_cursor(c).ok_or_else(|| invalid("invalid cursor for tasks/list"))?
+            }
+            Some(_) => return Err(invalid("`cursor` must be a string")),
+        };
+        let owner = self.owner(&ctx.principal);
+        let rt = &self.inner.runtime;
+        let (tasks, next) = rt.list_owned(&owner, from, LIST_PAGE, ClientView::BASE);
+        let mut roots: Vec<TaskId> = Vec::new();
+        for t in &tasks {
+            if t.task().parent_task_id.is_none() {
+                roots.push(t.task().task_id);
+            }
+        }
+        // Nothing is shown before it is durable: one wait per tree (a page
+        // that starts inside a tree waits for that tree through its first task).
+        if let Some(first) = tasks.first() {
+            rt.flushed(first.task().task_id).await.map_err(store_error)?;
+        }
+        for root in roots {
+            rt.flushed(root).await.map_err(store_error)?;
+        }
+        let mut result = json!({"tasks": tasks.iter().map(task_object).collect::<Vec<_>>()});
+        if let Some(next) = next {
+            result["nextCursor"] = Value::String(encode_cursor(next));
+        }
+        Ok(result_reply(&ctx.id, result))
+    }
+
+    async fn legacy_cancel(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
+        let id = self.legacy_task_id(req, &ctx.principal)?;
+        let rt = &self.inner.runtime;
+        let snap = rt
+            .get(id, ClientView::BASE)
+            .ok_or_else(ErrorObject::task_not_found)?;
+        if snap.status().is_terminal() {
+            return Err(invalid(format!(
+                "Cannot cancel task: already in terminal status '{}'",
+                status_of(&snap).0
+            )));
+        }
+        let _ = rt.cancel(id).map_err(runtime_error)?;
+        // The text wants the task `cancelled` before the answer: wait for
+        // the subtree to wind down (leaves first), within a bound.
+        let snap = match tokio::time::timeout(CANCEL_WAIT, rt.wait(id, ClientView::BASE)).await {
+            Ok(Some(done)) => done,
+            _ => rt
+                .get(id, ClientView::BASE)
+                .ok_or_else(ErrorObject::task_not_found)?,
+        };
+        rt.flushed(id).await.map_err(store_error)?;
+        Ok(result_reply(&ctx.id, task_object(&snap)))
+    }
+
+    /// A client's answer to an input request sent on a `tasks/result`
+    /// stream: delivered to the task like a 2026 `tasks/update`.
+    pub(crate) async fn legacy_input_answer(&self, resp: JsonRpcResponse, principal: &Principal) -> Reply {
+        let not_ours = || {
+            error_reply(
+                400,
+                None,
+                ErrorObject::new(
+                    ErrorCode::INVALID_REQUEST,
+                    "no request with this id awaits an answer",
+                ),
+            )
+        };
+        let RequestId::String(raw) = &resp.id else {
+            return not_ours();
+        };
+        let Some((task, key)) = raw.strip_prefix(INPUT_ID_PREFIX).and_then(|r| r.split_once(':')) else {
+            return not_ours();
+        };
+        let Ok(id) = self.visible_task(task, principal) else {
+            return not_ours();
+        };
+        let rt = &self.inner.runtime;
+        let mut answers = InputResponses::new();
+        answers.insert(key.to_owned(), resp.result);
+        // Keys no longer outstanding are ignored (I9), like a repeated update.
+        if let Err(e) = rt.update(id, answers) {
+            return error_reply(400, None, runtime_error(e));
+        }
+        match rt.flushed(id).await {
+            Ok(()) => Reply::Accepted,
+            Err(e) => error_reply(500, None, store_error(e)),
+        }
+    }
+
+    /// A client's error answer to an input request (it cannot or will not
+    /// answer): the request stays outstanding, visible on the 2026 wire.
+    pub(crate) fn legacy_input_refusal(&self, err: &JsonRpcError) -> Reply {
+        match &err.id {
+            Some(RequestId::String(raw)) if raw.starts_with(INPUT_ID_PREFIX) => {
+                tracing::debug!(id = %raw, code = err.error.code.0, message = %err.error.message, "input request refused by the client");
+                Reply::Accepted
+            }
+            _ => error_reply(
+                400,
+                None,
+                ErrorObject::new(
+                    ErrorCode::INVALID_REQUEST,
+                    "no request with this id awaits an answer",
+                ),
+            ),
+        }
+    }
+}
+
+/// An input request of a task as a server-to-client JSON-RPC request with
+/// the related-task metadata.
+fn input_request(t: &DetailedTask, key: &str, request: &JsonObject) -> String {
+    let method = request
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or("elicitation/create");
+    let mut params = match request.get("params") {
+        Some(Value::Object(p)) => p.clone(),
+        _ => serde_json::Map::new(),
+    };
+    let mut meta = match params.remove("_meta") {
+        Some(Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    if let Value::Object(related) = related_task(t) {
+        meta.extend(related);
+    }
+    params.insert("_meta".to_owned(), Value::Object(meta));
+    json!({
+        "jsonrpc": "2.0",
+        "id": format!("{INPUT_ID_PREFIX}{}:{key}", t.task().task_id),
+        "method": method,
+        "params": params,
+    })
+    .to_string()
+}
+
+/// `params.task` of a legacy `tools/call`: absent (synchronous), or an
+/// object with an optional `ttl` in milliseconds.
+fn call_mode(params: Option<&JsonObject>) -> Result<CallMode, ErrorObject> {
+    match params.and_then(|p| p.get("task")) {
+        None | Some(Value::Null) => Ok(CallMode::LegacySync),
+        Some(Value::Object(task)) => match task.get("ttl") {
+            None | Some(Value::Null) => Ok(CallMode::LegacyTask { ttl_ms: None }),
+            Some(v) => match v
+                .as_u64()
+                .or_else(|| v.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
+            {
+                Some(ttl) => Ok(CallMode::LegacyTask { ttl_ms: Some(ttl) }),
+                None => Err(invalid(
+                    "`task.ttl` must be a non-negative number of milliseconds",
+                )),
+            },
+        },
+        Some(_) => Err(invalid("`task` must be an object")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_cursors_round_trip_and_garbage_is_refused() {
+        let p = ListPosition { tree: 42, task: 7 };
+        assert_eq!(decode_cursor(&encode_cursor(p)), Some(p));
+        for bad in ["", "x", "c3VidGFzaw", &URL_SAFE_NO_PAD.encode("subtask-list:1")] {
+            assert_eq!(decode_cursor(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn task_params_read_ttl_or_refuse() {
+        let p = |v: Value| JsonObject::from_value(v).unwrap();
+        assert_eq!(call_mode(None).unwrap(), CallMode::LegacySync);
+        assert_eq!(
+            call_mode(Some(&p(json!({"task": {"ttl": 60000}})))).unwrap(),
+            CallMode::LegacyTask { ttl_ms: Some(60000) }
+        );
+        assert_eq!(
+            call_mode(Some(&p(json!({"task": {}})))).unwrap(),
+            CallMode::LegacyTask { ttl_ms: None }
+        );
+        assert!(call_mode(Some(&p(json!({"task": 5})))).is_err());
+        assert!(call_mode(Some(&p(json!({"task": {"ttl": "1s"}})))).is_err());
+    }
+}
