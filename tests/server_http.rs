@@ -279,10 +279,13 @@ async fn a_task_tool_returns_a_flat_create_task_result_and_subtasks_appear_while
     let t = release_until_done(&h, &c, &[&root]).await.remove(0);
     assert_eq!(t["status"], "completed");
     assert_eq!(text(&t["result"]), "root done");
+    // The inlined result is a complete 2026-07-28 CallToolResult.
+    assert_eq!(t["result"]["resultType"], "complete");
     for (i, child) in children.iter().enumerate() {
         let ct = c.get(child).await;
         assert_eq!(ct["status"], "completed");
         assert_eq!(text(&ct["result"]), format!("child {i} steers="));
+        assert_eq!(ct["result"]["resultType"], "complete");
     }
 }
 
@@ -796,6 +799,9 @@ async fn subscriptions_stream_every_task_of_the_tree_then_end() {
             sub_id
         );
         let id = m["params"]["taskId"].as_str().unwrap().to_owned();
+        if m["params"]["status"] == "completed" {
+            assert_eq!(m["params"]["result"]["resultType"], "complete", "{m}");
+        }
         if ["completed", "failed", "cancelled"].contains(&m["params"]["status"].as_str().unwrap()) {
             terminal.insert(id.clone());
         }

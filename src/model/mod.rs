@@ -1,5 +1,5 @@
 //! Wire types of MCP 2026-07-28, the tasks extension, SEP-2268 (subtasks) and
-//! SEP-2669 (steer, pause, resume).
+//! SEP-2669 (steer, pause, resume), and of the 2025-11-25 tasks wire.
 //!
 //! Pure data: serde types with precise deserialization errors, no logic and
 //! no I/O. Timestamps are integers ([`Timestamp`]) until serialized; task ids
@@ -10,6 +10,7 @@ mod error;
 mod id;
 mod json;
 mod jsonrpc;
+mod legacy;
 mod meta;
 mod methods;
 mod notifications;
@@ -28,6 +29,7 @@ pub use jsonrpc::{
     JsonRpcError, JsonRpcMessage, JsonRpcNotification, JsonRpcRequest, JsonRpcResponse, JsonRpcVersion,
     RequestId,
 };
+pub use legacy::{LegacyCreateTaskResult, LegacyTask, ListTasksResult, META_RELATED_TASK, RelatedTask};
 pub use meta::{
     META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION, META_SERVER_INFO,
     META_SUBSCRIPTION_ID, NotificationMeta, PROTOCOL_VERSION, RequestMeta,

@@ -541,7 +541,11 @@ impl Server {
             // own batch, so wait after reading it.
             self.inner.runtime.flushed(id).await.map_err(store_error)?;
             let result = if legacy {
-                json!({"task": super::legacy::task_object(&seed(snap))})
+                serde_json::to_value(crate::model::LegacyCreateTaskResult {
+                    task: super::legacy::legacy_task(&seed(snap)),
+                    meta: None,
+                })
+                .expect("task results serialize")
             } else {
                 serde_json::to_value(crate::model::CreateTaskResult::new(seed(snap)))
                     .expect("task results serialize")

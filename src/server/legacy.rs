@@ -41,12 +41,10 @@ use super::dispatch::{
 use crate::core::ClientView;
 use crate::model::{
     ClientCapabilities, DetailedTask, ErrorCode, ErrorObject, InputResponses, JsonObject, JsonRpcError,
-    JsonRpcRequest, JsonRpcResponse, RequestId, TaskId, TaskPayload, TasksCapability,
+    JsonRpcRequest, JsonRpcResponse, LegacyTask, ListTasksResult, META_RELATED_TASK, RelatedTask, RequestId,
+    TaskId, TaskPayload, TaskStatus, TasksCapability,
 };
 use crate::runtime::ListPosition;
-
-/// The `_meta` key that ties a message to its task (2025-11-25).
-pub const META_RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
 /// Prefix of the ids of the input requests a `tasks/result` stream sends:
 /// `subtask-input:<taskId>:<key>`. The id names the task and the key, so
@@ -61,46 +59,44 @@ const LIST_PAGE: usize = 100;
 /// that ignores its cancel after `RuntimeConfig::cancel_grace`).
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
 
-/// The 2025-11-25 `Task` object of a snapshot (taken with
-/// [`ClientView::BASE`], so `paused` already reads as `working`), with the
-/// SEP-2268 links.
-pub(crate) fn task_object(t: &DetailedTask) -> Value {
+/// The 2025-11-25 `Task` of a snapshot (taken with [`ClientView::BASE`],
+/// so `paused` already reads as `working`), with the SEP-2268 links.
+pub(crate) fn legacy_task(t: &DetailedTask) -> LegacyTask {
     let task = t.task();
-    let (status, message) = status_of(t);
-    let mut v = json!({
-        "taskId": task.task_id,
-        "status": status,
-        "createdAt": task.created_at,
-        "lastUpdatedAt": task.last_updated_at,
-        "ttl": task.ttl_ms,
-    });
-    if let Some(m) = message {
-        v["statusMessage"] = Value::String(m);
+    let (status, status_message) = status_of(t);
+    LegacyTask {
+        task_id: task.task_id,
+        status,
+        status_message,
+        created_at: task.created_at,
+        last_updated_at: task.last_updated_at,
+        ttl: task.ttl_ms,
+        poll_interval: task.poll_interval_ms,
+        parent_task_id: task.parent_task_id,
+        child_task_ids: task.child_task_ids.clone(),
     }
-    if let Some(p) = task.poll_interval_ms {
-        v["pollInterval"] = json!(p);
-    }
-    if let Some(p) = task.parent_task_id {
-        v["parentTaskId"] = json!(p);
-    }
-    if !task.child_task_ids.is_empty() {
-        v["childTaskIds"] = json!(task.child_task_ids);
-    }
-    v
+}
+
+/// [`legacy_task`] as JSON.
+pub(crate) fn task_object(t: &DetailedTask) -> Value {
+    serde_json::to_value(legacy_task(t)).expect("tasks serialize")
 }
 
 /// The 2025-11-25 status and status message: a completed tool call whose
 /// result has `isError: true` is `failed` there; a failed task without a
 /// message shows its error's message.
-fn status_of(t: &DetailedTask) -> (&'static str, Option<String>) {
+fn status_of(t: &DetailedTask) -> (TaskStatus, Option<String>) {
     let message = t.task().status_message.clone();
     match t.payload() {
         TaskPayload::Completed { result } if result.get("isError") == Some(&Value::Bool(true)) => {
             let text = first_text(result).unwrap_or("the tool reported an error");
-            ("failed", message.or_else(|| Some(text.to_owned())))
+            (TaskStatus::Failed, Some(text.to_owned()))
         }
-        TaskPayload::Failed { error } => ("failed", message.or_else(|| Some(error.message.clone()))),
-        _ => (t.status().as_str(), message),
+        TaskPayload::Failed { error } => (
+            TaskStatus::Failed,
+            message.or_else(|| Some(error.message.clone())),
+        ),
+        _ => (t.status(), message),
     }
 }
 
@@ -114,11 +110,11 @@ fn first_text(result: &JsonObject) -> Option<&str> {
 
 /// The related-task metadata of a task (SEP-2268 adds `parentTaskId`).
 fn related_task(t: &DetailedTask) -> Value {
-    let mut v = json!({"taskId": t.task().task_id});
-    if let Some(p) = t.task().parent_task_id {
-        v["parentTaskId"] = json!(p);
-    }
-    json!({ META_RELATED_TASK: v })
+    let related = RelatedTask {
+        task_id: t.task().task_id,
+        parent_task_id: t.task().parent_task_id,
+    };
+    json!({ META_RELATED_TASK: related })
 }
 
 /// The answer of `tasks/result` for a terminal task: the tool's result with
@@ -353,11 +349,14 @@ impl Server {
         for root in roots {
             rt.flushed(root).await.map_err(store_error)?;
         }
-        let mut result = json!({"tasks": tasks.iter().map(task_object).collect::<Vec<_>>()});
-        if let Some(next) = next {
-            result["nextCursor"] = Value::String(encode_cursor(next));
-        }
-        Ok(result_reply(&ctx.id, result))
+        let result = ListTasksResult {
+            tasks: tasks.iter().map(legacy_task).collect(),
+            next_cursor: next.map(encode_cursor),
+        };
+        Ok(result_reply(
+            &ctx.id,
+            serde_json::to_value(result).expect("results serialize"),
+        ))
     }
 
     async fn legacy_cancel(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
@@ -369,7 +368,7 @@ impl Server {
         if snap.status().is_terminal() {
             return Err(invalid(format!(
                 "Cannot cancel task: already in terminal status '{}'",
-                status_of(&snap).0
+                status_of(&snap).0.as_str()
             )));
         }
         let _ = rt.cancel(id).map_err(runtime_error)?;
@@ -492,6 +491,103 @@ fn call_mode(params: Option<&JsonObject>) -> Result<CallMode, ErrorObject> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Task;
+
+    fn fixture(name: &str) -> Value {
+        let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    fn snapshot(
+        id: &str,
+        message: Option<&str>,
+        ttl: u64,
+        poll: Option<u64>,
+        payload: TaskPayload,
+    ) -> DetailedTask {
+        let task = Task {
+            task_id: id.parse().unwrap(),
+            status: payload.status(),
+            status_message: message.map(str::to_owned),
+            created_at: "2025-11-25T10:30:00Z".parse().unwrap(),
+            last_updated_at: "2025-11-25T10:40:00Z".parse().unwrap(),
+            ttl_ms: Some(ttl),
+            poll_interval_ms: poll,
+            parent_task_id: None,
+            child_task_ids: Vec::new(),
+        };
+        DetailedTask::new(task, payload)
+    }
+
+    const T: &str = "786512e2-9e0d-44bd-8f29-789f320fe840";
+
+    #[test]
+    fn tasks_are_written_as_the_2025_11_25_text_shows_them() {
+        let working = snapshot(
+            T,
+            Some("The operation is now in progress."),
+            30000,
+            Some(5000),
+            TaskPayload::Working,
+        );
+        assert_eq!(
+            task_object(&working),
+            fixture("legacy-tasks-get-working.json")["result"]
+        );
+        // A JSON-RPC failure shows its message as the status message.
+        let failed = snapshot(
+            "786512e2-9e0d-44bd-8f29-789f820fe840",
+            None,
+            30000,
+            None,
+            TaskPayload::Failed {
+                error: ErrorObject::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    "Tool execution failed: API rate limit exceeded",
+                ),
+            },
+        );
+        assert_eq!(
+            task_object(&failed),
+            fixture("legacy-tasks-get-failed.json")["result"]
+        );
+        // paused has no place on this wire; a BASE snapshot already reads working.
+        let paused = snapshot(T, None, 30000, None, TaskPayload::Paused);
+        assert_eq!(
+            task_object(&paused)["status"],
+            "paused",
+            "callers pass BASE snapshots"
+        );
+    }
+
+    #[test]
+    fn tasks_result_answers_the_result_with_related_task_metadata() {
+        let expected = fixture("legacy-tasks-result-call-tool-result.json");
+        let mut result = JsonObject::from_value(expected["result"].clone()).unwrap();
+        let mut map = result.as_map().clone();
+        map.remove("_meta");
+        // A 2026 result carries resultType; this wire's does not.
+        map.insert("resultType".into(), json!("complete"));
+        result = JsonObject::from_map(map);
+        let done = snapshot(T, None, 30000, None, TaskPayload::Completed { result });
+        let message: Value = serde_json::from_str(&final_message(&RequestId::Number(4), &done)).unwrap();
+        assert_eq!(message, expected);
+        // A tool error (isError) is `failed` here, with the result's text.
+        let tool_error = snapshot(
+            T,
+            Some("node 0: done"),
+            30000,
+            None,
+            TaskPayload::Completed {
+                result: super::super::tool::error_result("width is out of range"),
+            },
+        );
+        let t = task_object(&tool_error);
+        assert_eq!(
+            (t["status"].as_str(), t["statusMessage"].as_str()),
+            (Some("failed"), Some("width is out of range"))
+        );
+    }
 
     #[test]
     fn list_cursors_round_trip_and_garbage_is_refused() {
