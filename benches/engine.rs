@@ -1,4 +1,4 @@
-//! The engine benchmark: the subtask runtime side by side with rmcp 3.9's
+//! The engine benchmark: the subtask runtime side by side with rmcp 3.11's
 //! `TaskManager`, in the same process, each on a fresh tokio multi-thread
 //! runtime with 2 worker threads (the driving code itself runs in a task on
 //! those workers, so both sides get exactly two threads).
@@ -731,7 +731,7 @@ fn main() {
         return;
     }
     println!(
-        "# subtask runtime vs rmcp 3.9 TaskManager; tokio multi-thread, 2 workers each; roots with ttl {TTL_MS} ms \
+        "# subtask runtime vs rmcp 3.11 TaskManager; tokio multi-thread, 2 workers each; roots with ttl {TTL_MS} ms \
          on both sides (rmcp's default), nothing expires during the run"
     );
 

@@ -1,4 +1,4 @@
-//! rmcp 3.9's client, a client nobody here wrote, drives the subtask server
+//! rmcp 3.11's client, a client nobody here wrote, drives the subtask server
 //! over Streamable HTTP on 127.0.0.1 through a task's whole life: discovery,
 //! `tools/list`, a `tools/call` that becomes a task, `tasks/get` polling,
 //! input requested by the task and answered with `tasks/update`, the final

@@ -1,4 +1,4 @@
-//! Wire interop with rmcp 3.9, the official Rust SDK.
+//! Wire interop with rmcp 3.11, the official Rust SDK.
 //!
 //! Both directions, for every message of the base tasks extension: what we
 //! write parses with rmcp's `model` types and rmcp writes it back to the
@@ -544,7 +544,7 @@ fn rmcp_results_and_params_parse_with_ours() {
     )]));
     let meta = r::RequestMetaObject::with_client_context(
         r::ProtocolVersion::V_2026_07_28,
-        r::Implementation::new("rmcp-client", "3.9.0"),
+        r::Implementation::new("rmcp-client", "3.11.0"),
         caps,
     );
     let mut params = r::GetTaskParams::new(T);
