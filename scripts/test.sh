@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command: everything a fresh machine needs, in one place.
-# Later layers (conformance suite, PostgreSQL) add their steps here.
+# Later layers (PostgreSQL) add their steps here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,5 +24,8 @@ cargo test --all-features
 
 echo "== official MCP conformance suite (installs Node 22 and the suite into .cache/)"
 bash scripts/conformance.sh
+
+echo "== interop suite: released MCP clients drive subtask serve (installs pinned clients into .cache/)"
+bash scripts/interop.sh
 
 echo "== scripts/test.sh: all steps passed"
