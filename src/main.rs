@@ -111,9 +111,10 @@ fn main() -> ExitCode {
             println!("subtask {}", env!("CARGO_PKG_VERSION"));
             println!("protocol: MCP 2026-07-28 (legacy initialize for 2025-11-25 and 2025-06-18)");
             println!(
-                "extension: {} with steer and pause",
+                "extension: {} with subtasks, steer and pause (steer/pause shown to clients that declare them)",
                 subtask::model::TASKS_EXTENSION
             );
+            println!("2025-11-25: task-augmented tools/call, tasks/get, tasks/result, tasks/list, tasks/cancel, subtasks");
             ExitCode::SUCCESS
         }
         Command::Serve {
