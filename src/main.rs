@@ -114,7 +114,9 @@ fn main() -> ExitCode {
                 "extension: {} with subtasks, steer and pause (steer/pause shown to clients that declare them)",
                 subtask::model::TASKS_EXTENSION
             );
-            println!("2025-11-25: task-augmented tools/call, tasks/get, tasks/result, tasks/list, tasks/cancel, subtasks");
+            println!(
+                "2025-11-25: task-augmented tools/call, tasks/get, tasks/result, tasks/list, tasks/cancel, subtasks"
+            );
             ExitCode::SUCCESS
         }
         Command::Serve {

@@ -444,10 +444,17 @@ fn exit_codes_say_how_the_task_ended_or_why_nothing_ran() {
     );
     assert_eq!(stdout(&o).lines().filter(|l| l.contains("✓")).count(), 1);
 
-    // Refused by the server: bad arguments, unknown task.
+    // A tool error (bad arguments are an isError result the model can act
+    // on): the result is printed, and the exit code says it is an error.
     let o = cli(&s.url, &["call", "fanout", r#"{"width":"two"}"#]);
     assert_eq!(code(&o), 1);
-    assert!(stderr(&o).contains("width must be an integer"), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("invalid argument `width`: expected integer"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(stderr(&o).contains("isError"), "{}", stderr(&o));
+    // Refused by the server: an unknown task.
     let unknown = TaskId::random().to_string();
     let o = cli(&s.url, &["get", &unknown]);
     assert_eq!(code(&o), 1);

@@ -462,17 +462,13 @@ async fn deep_research_validates_arguments() {
         ),
     ];
     for (args, expected) in bad {
-        match Tool::call(
+        let outcome = Tool::call(
             &deep_research::call,
             tool_call("deep_research", args.clone(), true),
         )
-        .await
-        {
-            outcome => {
-                let message = tool_error_text(outcome);
-                assert!(message.contains(expected), "{args}: {message}");
-            }
-        }
+        .await;
+        let message = tool_error_text(outcome);
+        assert!(message.contains(expected), "{args}: {message}");
     }
 }
 

@@ -13,7 +13,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use subtask::runtime::{Runtime, RuntimeConfig};
-use subtask::server::{Server, ServerConfig, TaskSupport, TokenTable, ToolCall, ToolOutcome, ToolSpec, text_result};
+use subtask::server::{
+    Server, ServerConfig, TaskSupport, TokenTable, ToolCall, ToolOutcome, ToolSpec, text_result,
+};
 use support::http::{Client, full_caps, raw};
 
 const V: &str = "2025-11-25";
@@ -22,17 +24,31 @@ async fn start(config: ServerConfig) -> SocketAddr {
     let runtime = Runtime::new(RuntimeConfig::default());
     let server = subtask::demo::register(Server::builder(runtime, config))
         .tool(
-            ToolSpec::new("only_task", "Runs only as a task.", json!({"type": "object"}), TaskSupport::Required),
+            ToolSpec::new(
+                "only_task",
+                "Runs only as a task.",
+                json!({"type": "object"}),
+                TaskSupport::Required,
+            ),
             |_call: ToolCall| async move { ToolOutcome::task(|_| async move { Ok(text_result("done")) }) },
         )
         .tool(
-            ToolSpec::new("never_task", "Never a task.", json!({"type": "object"}), TaskSupport::Forbidden),
+            ToolSpec::new(
+                "never_task",
+                "Never a task.",
+                json!({"type": "object"}),
+                TaskSupport::Forbidden,
+            ),
             |_call: ToolCall| async move { ToolOutcome::Complete(text_result("now")) },
         )
         .build();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(subtask::server::http::serve(server, listener, std::future::pending()));
+    tokio::spawn(subtask::server::http::serve(
+        server,
+        listener,
+        std::future::pending(),
+    ));
     addr
 }
 
@@ -65,7 +81,9 @@ impl Legacy {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
         let r = raw(self.addr, "POST", &self.headers(), body.to_string().as_bytes()).await;
         assert_eq!(r.status, 200, "{method}: {}", r.body);
-        if r.header("content-type").is_some_and(|c| c.starts_with("text/event-stream")) {
+        if r.header("content-type")
+            .is_some_and(|c| c.starts_with("text/event-stream"))
+        {
             return sse_messages(&r.body).pop().expect("a response on the stream");
         }
         r.json()
@@ -79,7 +97,9 @@ impl Legacy {
 
     async fn err(&self, method: &str, params: Value) -> Value {
         let v = self.send(method, params).await;
-        v.get("error").unwrap_or_else(|| panic!("{method} succeeded: {v}")).clone()
+        v.get("error")
+            .unwrap_or_else(|| panic!("{method} succeeded: {v}"))
+            .clone()
     }
 
     async fn get(&self, id: &str) -> Value {
@@ -98,8 +118,16 @@ impl Legacy {
     }
 
     async fn start_task(&self, tool: &str, args: Value) -> String {
-        let r = self.ok("tools/call", json!({"name": tool, "arguments": args, "task": {"ttl": 60000}})).await;
-        r["task"]["taskId"].as_str().expect("a CreateTaskResult").to_owned()
+        let r = self
+            .ok(
+                "tools/call",
+                json!({"name": tool, "arguments": args, "task": {"ttl": 60000}}),
+            )
+            .await;
+        r["task"]["taskId"]
+            .as_str()
+            .expect("a CreateTaskResult")
+            .to_owned()
     }
 }
 
@@ -115,7 +143,10 @@ async fn initialize_declares_tasks_and_tools_their_task_support() {
     let addr = start(ServerConfig::default()).await;
     let c = Legacy::new(addr);
     let init = c
-        .ok("initialize", json!({"protocolVersion": V, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}))
+        .ok(
+            "initialize",
+            json!({"protocolVersion": V, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+        )
         .await;
     assert_eq!(init["protocolVersion"], V);
     assert_eq!(
@@ -132,7 +163,12 @@ async fn initialize_declares_tasks_and_tools_their_task_support() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|t| (t["name"].as_str().unwrap().to_owned(), t["execution"]["taskSupport"].as_str().unwrap().to_owned()))
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_owned(),
+                t["execution"]["taskSupport"].as_str().unwrap().to_owned(),
+            )
+        })
         .collect();
     assert!(support.contains(&("fanout".into(), "optional".into())));
     assert!(support.contains(&("only_task".into(), "required".into())));
@@ -140,9 +176,13 @@ async fn initialize_declares_tasks_and_tools_their_task_support() {
     // Tool-level negotiation: -32601 both ways.
     let e = c.err("tools/call", json!({"name": "only_task"})).await;
     assert_eq!(e["code"], -32601);
-    let e = c.err("tools/call", json!({"name": "never_task", "task": {}})).await;
+    let e = c
+        .err("tools/call", json!({"name": "never_task", "task": {}}))
+        .await;
     assert_eq!(e["code"], -32601);
-    let e = c.err("tools/call", json!({"name": "fanout", "task": {"ttl": "soon"}})).await;
+    let e = c
+        .err("tools/call", json!({"name": "fanout", "task": {"ttl": "soon"}}))
+        .await;
     assert_eq!(e["code"], -32602);
 }
 
@@ -157,7 +197,10 @@ async fn a_task_augmented_call_completes_with_subtasks_and_related_task_metadata
     assert_eq!(task["status"], "working");
     assert_eq!(task["ttl"], 60000);
     assert!(task["pollInterval"].is_u64());
-    assert!(created.get("resultType").is_none() && task.get("ttlMs").is_none(), "{created}");
+    assert!(
+        created.get("resultType").is_none() && task.get("ttlMs").is_none(),
+        "{created}"
+    );
     let root = task["taskId"].as_str().unwrap().to_owned();
     let done = c.until_status(&root, "completed").await;
     let children: Vec<String> = done["childTaskIds"]
@@ -171,7 +214,10 @@ async fn a_task_augmented_call_completes_with_subtasks_and_related_task_metadata
     let result = c.ok("tasks/result", json!({"taskId": root})).await;
     assert_eq!(result["structuredContent"]["nodes"], 3);
     assert!(result.get("resultType").is_none());
-    assert_eq!(result["_meta"]["io.modelcontextprotocol/related-task"], json!({"taskId": root}));
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/related-task"],
+        json!({"taskId": root})
+    );
     for child in &children {
         let t = c.get(child).await;
         assert_eq!(t["parentTaskId"], root.as_str());
@@ -189,7 +235,12 @@ async fn a_task_augmented_call_completes_with_subtasks_and_related_task_metadata
 async fn tasks_result_waits_with_status_notifications_and_failures_are_failed() {
     let addr = start(ServerConfig::default()).await;
     let c = Legacy::new(addr);
-    let id = c.start_task("fanout", json!({"width": 1, "depth": 1, "steps": 3, "stepMs": 20})).await;
+    let id = c
+        .start_task(
+            "fanout",
+            json!({"width": 1, "depth": 1, "steps": 3, "stepMs": 20}),
+        )
+        .await;
     // Called while the task runs: an SSE stream of status notifications, then the result.
     let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tasks/result", "params": {"taskId": id}});
     let r = raw(addr, "POST", &c.headers(), body.to_string().as_bytes()).await;
@@ -207,9 +258,20 @@ async fn tasks_result_waits_with_status_notifications_and_failures_are_failed() 
     assert_eq!(notes.last().unwrap()["params"]["status"], "completed");
 
     // A JSON-RPC failure: `failed`, and tasks/result answers that same error.
-    let id = c.start_task("fanout", json!({"width": 0, "depth": 0, "steps": 0, "failAt": "0"})).await;
+    let id = c
+        .start_task(
+            "fanout",
+            json!({"width": 0, "depth": 0, "steps": 0, "failAt": "0"}),
+        )
+        .await;
     let t = c.until_status(&id, "failed").await;
-    assert!(t["statusMessage"].as_str().unwrap().contains("failed as requested"), "{t}");
+    assert!(
+        t["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("failed as requested"),
+        "{t}"
+    );
     let e = c.err("tasks/result", json!({"taskId": id})).await;
     assert_eq!(e["code"], -32603);
     // A tool result with isError is `failed` on this wire; tasks/result is that result.
@@ -227,7 +289,12 @@ async fn tasks_result_waits_with_status_notifications_and_failures_are_failed() 
 async fn tasks_cancel_answers_cancelled_and_refuses_a_terminal_task() {
     let addr = start(ServerConfig::default()).await;
     let c = Legacy::new(addr);
-    let id = c.start_task("fanout", json!({"width": 2, "depth": 1, "steps": 500, "stepMs": 20})).await;
+    let id = c
+        .start_task(
+            "fanout",
+            json!({"width": 2, "depth": 1, "steps": 500, "stepMs": 20}),
+        )
+        .await;
     let t = c.until_status(&id, "working").await;
     let children = t["childTaskIds"].clone();
     let cancelled = c.ok("tasks/cancel", json!({"taskId": id})).await;
@@ -237,7 +304,10 @@ async fn tasks_cancel_answers_cancelled_and_refuses_a_terminal_task() {
     }
     let e = c.err("tasks/cancel", json!({"taskId": id})).await;
     assert_eq!(e["code"], -32602);
-    assert_eq!(e["message"], "Cannot cancel task: already in terminal status 'cancelled'");
+    assert_eq!(
+        e["message"],
+        "Cannot cancel task: already in terminal status 'cancelled'"
+    );
     let e = c.err("tasks/result", json!({"taskId": id})).await;
     assert_eq!(e["code"], -32603);
 }
@@ -260,14 +330,18 @@ async fn tasks_list_pages_through_every_task_of_the_caller_only() {
     };
     let mut expected = Vec::new();
     for _ in 0..3 {
-        let root = alice.start_task("fanout", json!({"width": 45, "depth": 1, "steps": 0})).await;
+        let root = alice
+            .start_task("fanout", json!({"width": 45, "depth": 1, "steps": 0}))
+            .await;
         let done = alice.until_status(&root, "completed").await;
         expected.push(root);
         for c in done["childTaskIds"].as_array().unwrap() {
             expected.push(c.as_str().unwrap().to_owned());
         }
     }
-    let bobs = bob.start_task("fanout", json!({"width": 0, "depth": 0, "steps": 0})).await;
+    let bobs = bob
+        .start_task("fanout", json!({"width": 0, "depth": 0, "steps": 0}))
+        .await;
     let mut seen = Vec::new();
     let mut cursor: Option<String> = None;
     let mut pages = 0;
@@ -287,7 +361,10 @@ async fn tasks_list_pages_through_every_task_of_the_caller_only() {
             None => break,
         }
     }
-    assert_eq!(seen, expected, "every task once, trees in creation order, parents first");
+    assert_eq!(
+        seen, expected,
+        "every task once, trees in creation order, parents first"
+    );
     assert!(pages >= 2, "138 tasks take more than one page");
     assert!(!seen.contains(&bobs));
     let bob_page = bob.ok("tasks/list", json!({})).await;
@@ -304,7 +381,12 @@ async fn tasks_list_pages_through_every_task_of_the_caller_only() {
 async fn input_requests_reach_the_client_on_the_result_stream_and_its_answer_continues_the_task() {
     let addr = start(ServerConfig::default()).await;
     let c = Legacy::new(addr);
-    let id = c.start_task("fanout", json!({"width": 0, "depth": 0, "steps": 1, "stepMs": 1, "inputAt": "0"})).await;
+    let id = c
+        .start_task(
+            "fanout",
+            json!({"width": 0, "depth": 0, "steps": 1, "stepMs": 1, "inputAt": "0"}),
+        )
+        .await;
     c.until_status(&id, "input_required").await;
     let http = reqwest::Client::new();
     let url = format!("http://{addr}/mcp");
@@ -313,7 +395,10 @@ async fn input_requests_reach_the_client_on_the_result_stream_and_its_answer_con
         req = req.header(k, v);
     }
     let resp = req
-        .body(json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/result", "params": {"taskId": id}}).to_string())
+        .body(
+            json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/result", "params": {"taskId": id}})
+                .to_string(),
+        )
         .send()
         .await
         .unwrap();
@@ -349,7 +434,12 @@ async fn input_requests_reach_the_client_on_the_result_stream_and_its_answer_con
     assert_eq!(last["result"]["structuredContent"]["nodes"], 1, "{last}");
     // A response to nothing this server asked is refused.
     let stray = json!({"jsonrpc": "2.0", "id": "subtask-input:nope:confirm-0", "result": {}});
-    assert_eq!(raw(addr, "POST", &c.headers(), stray.to_string().as_bytes()).await.status, 400);
+    assert_eq!(
+        raw(addr, "POST", &c.headers(), stray.to_string().as_bytes())
+            .await
+            .status,
+        400
+    );
 }
 
 #[tokio::test]
@@ -359,7 +449,10 @@ async fn a_task_looks_right_from_either_wire() {
     let modern = Client::new(addr, full_caps());
     // Created on the 2026 wire, paused: the legacy wire has no `paused`.
     let id = modern
-        .call("tools/call", json!({"name": "fanout", "arguments": {"width": 1, "depth": 1, "steps": 500, "stepMs": 20}}))
+        .call(
+            "tools/call",
+            json!({"name": "fanout", "arguments": {"width": 1, "depth": 1, "steps": 500, "stepMs": 20}}),
+        )
         .await["taskId"]
         .as_str()
         .unwrap()
@@ -370,10 +463,18 @@ async fn a_task_looks_right_from_either_wire() {
     assert_eq!(t["status"], "working");
     assert!(t["statusMessage"].as_str().unwrap().contains("paused"), "{t}");
     let listed = legacy.ok("tasks/list", json!({})).await;
-    assert!(listed["tasks"].as_array().unwrap().iter().any(|t| t["taskId"] == id.as_str()));
+    assert!(
+        listed["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["taskId"] == id.as_str())
+    );
     legacy.ok("tasks/cancel", json!({"taskId": id})).await;
     // Created on the legacy wire: the 2026 wire shows its result inline.
-    let id = legacy.start_task("fanout", json!({"width": 0, "depth": 0, "steps": 0})).await;
+    let id = legacy
+        .start_task("fanout", json!({"width": 0, "depth": 0, "steps": 0}))
+        .await;
     let t = modern.until_status(&id, "completed").await;
     assert_eq!(t["result"]["resultType"], "complete");
     assert_eq!(t["result"]["structuredContent"]["nodes"], 1);

@@ -357,13 +357,14 @@ async fn call(a: CallArgs) -> Result<u8, Failure> {
     let color = render::color_stdout();
     let root = match client.start_tool(&a.tool, args).await.map_err(fail)? {
         CallStart::Complete(result) => {
+            let code = exit_for_result(&result);
             let p = PartialResult {
                 task_id: None,
                 parent_task_id: None,
                 outcome: Outcome::Completed(result),
             };
             print_partial(&p, None, a.json, color);
-            return Ok(0);
+            return Ok(code);
         }
         CallStart::Task(seed) => seed.task().task_id,
     };
@@ -379,10 +380,25 @@ async fn call(a: CallArgs) -> Result<u8, Failure> {
             print_partial(&p, Some(root), a.json, color);
         }
         if p.task_id == Some(root) {
-            status = Some(p.status());
+            status = Some(match &p.outcome {
+                Outcome::Completed(result) => exit_for_result(result),
+                other => exit_for(other.status()),
+            });
         }
     }
-    Ok(status.map_or(EXIT_USAGE, exit_for))
+    Ok(status.unwrap_or(EXIT_USAGE))
+}
+
+/// The exit code of a tool's result: 1 when the tool reported an error
+/// (`isError: true`, e.g. an argument out of range), 0 otherwise. The
+/// result itself is printed either way.
+fn exit_for_result(result: &JsonObject) -> u8 {
+    if result.get("isError") == Some(&Value::Bool(true)) {
+        eprintln!("subtask: the tool reported an error (isError: true)");
+        1
+    } else {
+        0
+    }
 }
 
 fn print_partial(p: &PartialResult, root: Option<TaskId>, json: bool, color: bool) {

@@ -35,7 +35,9 @@ use crate::model::{
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     /// `completed` with its result (a `CallToolResult` for a tool call; also
-    /// when the tool reported `isError: true`).
+    /// when the tool reported `isError: true`). A 2026-07-28 result always
+    /// carries `resultType: "complete"`: [`Outcome::of`] adds it when a
+    /// server left it out of a task's inlined result.
     Completed(JsonObject),
     /// `failed` with its JSON-RPC error.
     Failed(ErrorObject),
@@ -56,7 +58,15 @@ impl Outcome {
     /// The outcome of a terminal payload, `None` for a live one.
     pub fn of(payload: &TaskPayload) -> Option<Outcome> {
         match payload {
-            TaskPayload::Completed { result } => Some(Outcome::Completed(result.clone())),
+            TaskPayload::Completed { result } => {
+                let mut result = result.clone();
+                if !result.as_map().contains_key("resultType") {
+                    let mut map = result.as_map().clone();
+                    map.insert("resultType".to_owned(), Value::from("complete"));
+                    result = JsonObject::from_map(map);
+                }
+                Some(Outcome::Completed(result))
+            }
             TaskPayload::Failed { error } => Some(Outcome::Failed(error.clone())),
             TaskPayload::Cancelled => Some(Outcome::Cancelled),
             _ => None,
@@ -490,6 +500,21 @@ mod tests {
 
     fn tree() -> TaskTree {
         TaskTree::new(id(1), ClientLimits::default())
+    }
+
+    #[test]
+    fn a_completed_outcome_is_a_complete_call_tool_result() {
+        // A server that follows the text's example and leaves resultType out.
+        let t = snap(id(1), None, &[], TaskStatus::Completed, 1);
+        let Some(Outcome::Completed(r)) = Outcome::of(t.payload()) else {
+            panic!()
+        };
+        assert_eq!(r["resultType"], "complete");
+        assert_eq!(r["n"], id(1).to_string());
+        // One that sends it keeps it as sent.
+        let sent = JsonObject::from_value(json!({"resultType": "complete", "content": []})).unwrap();
+        let payload = TaskPayload::Completed { result: sent.clone() };
+        assert_eq!(Outcome::of(&payload), Some(Outcome::Completed(sent)));
     }
 
     #[test]

@@ -249,12 +249,13 @@ impl Runtime {
             TreeState {
                 forest,
                 rt: RtTable::default(),
-                owner,
+                owner: owner.clone(),
                 durable: Durable::default(),
-                listed: 0,
             },
         ));
-        enlist(&tree);
+        if let Some(owner) = &owner {
+            owner.enlist(&tree);
+        }
         let fast = inner.sched.try_acquire(id);
         let meta = inner.store.as_ref().map(|_| {
             let owner = tree.state.lock().owner.as_ref().map(|o| o.name().to_owned());
@@ -597,12 +598,4 @@ pub struct ListPosition {
     pub tree: u64,
     /// The first task of that tree to list.
     pub task: u32,
-}
-
-/// Puts a new tree on its owner's list.
-fn enlist(tree: &Arc<TreeCell>) {
-    let mut st = tree.state.lock();
-    if let Some(owner) = st.owner.clone() {
-        st.listed = owner.enlist(tree);
-    }
 }

@@ -145,10 +145,11 @@ impl Runtime {
                         version,
                         ticket: Default::default(),
                     },
-                    listed: 0,
                 },
             ));
-            super::enlist(&tree);
+            if let Some(owner) = &tree.state.lock().owner {
+                owner.enlist(&tree);
+            }
             for id in ids {
                 inner.index_insert(id, &tree);
             }

@@ -6,7 +6,7 @@
 //! under the tree lock into a [`Post`] list that runs after it is released
 //! (compute under the lock, notify after unlock).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -184,8 +184,6 @@ pub(crate) struct TreeState {
     pub(crate) owner: Option<Arc<Owner>>,
     /// Persistence bookkeeping (unused without a store).
     pub(crate) durable: Durable,
-    /// The tree's place in its owner's list ([`Owner::enlist`]); 0 when not listed.
-    pub(crate) listed: u64,
 }
 
 /// A tree's write position in the store.
@@ -210,11 +208,13 @@ pub struct Owner {
     trees: Mutex<OwnedTrees>,
 }
 
-/// An owner's trees by list position; a position is never reused.
+/// An owner's trees by list position (a position is never reused), and
+/// each root's position, so that a deleted tree leaves the list.
 #[derive(Debug, Default)]
 struct OwnedTrees {
     last: u64,
     by_position: BTreeMap<u64, Weak<TreeCell>>,
+    position_of: HashMap<TaskId, u64>,
 }
 
 impl Owner {
@@ -228,18 +228,21 @@ impl Owner {
         })
     }
 
-    /// Appends a tree to the owner's list; returns its position (≥ 1).
-    pub(crate) fn enlist(&self, tree: &Arc<TreeCell>) -> u64 {
+    /// Appends a tree to the owner's list.
+    pub(crate) fn enlist(&self, tree: &Arc<TreeCell>) {
         let mut trees = self.trees.lock();
         trees.last += 1;
         let position = trees.last;
         trees.by_position.insert(position, Arc::downgrade(tree));
-        position
+        trees.position_of.insert(tree.root, position);
     }
 
     /// Removes a deleted tree from the list.
-    pub(crate) fn delist(&self, position: u64) {
-        self.trees.lock().by_position.remove(&position);
+    pub(crate) fn delist(&self, root: TaskId) {
+        let mut trees = self.trees.lock();
+        if let Some(position) = trees.position_of.remove(&root) {
+            trees.by_position.remove(&position);
+        }
     }
 
     /// Up to `max` listed trees from `position` on, in list order.
@@ -485,12 +488,10 @@ impl Inner {
                     }
                 }
                 Effect::ArmTimer { at } => post.arm = Some(post.arm.map_or(at, |a| a.min(at))),
-                Effect::TreeDeleted { ids, .. } => {
+                Effect::TreeDeleted { root, ids } => {
                     post.tree_changed = true;
-                    if let Some(owner) = &st.owner
-                        && st.listed != 0
-                    {
-                        owner.delist(st.listed);
+                    if let Some(owner) = &st.owner {
+                        owner.delist(root);
                     }
                     for rt in st.rt.take_all() {
                         if let Some(cell) = rt.cell {

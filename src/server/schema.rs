@@ -68,8 +68,29 @@ impl std::error::Error for ArgumentError {}
 /// assert_eq!(err.to_string(), "invalid argument `width`: 999 is greater than the maximum 50");
 /// ```
 pub fn check_arguments(schema: &JsonObject, arguments: &JsonObject) -> Result<(), ArgumentError> {
-    let args = Value::Object(arguments.as_map().clone());
-    check(schema.as_map(), &args, &mut String::new())
+    let schema = schema.as_map();
+    // The arguments are an object: the usual top-level schema (`type`,
+    // `properties`, `required`, ...) is checked on the map itself; only the
+    // rare top-level keywords that need the whole value make a copy of it.
+    const WHOLE: [&str; 6] = ["enum", "const", "allOf", "anyOf", "oneOf", "not"];
+    if WHOLE.iter().any(|k| schema.contains_key(*k)) {
+        let args = Value::Object(arguments.as_map().clone());
+        return check(schema, &args, "");
+    }
+    if let Some(ty) = schema.get("type") {
+        let ok = match ty {
+            Value::String(t) => t == "object",
+            Value::Array(ts) => ts.iter().any(|t| t == "object"),
+            _ => true,
+        };
+        if !ok {
+            return fail(
+                "",
+                format!("the arguments are an object; the tool's schema wants {ty}"),
+            );
+        }
+    }
+    check_object(schema, arguments.as_map(), "")
 }
 
 fn fail(path: &str, message: String) -> Result<(), ArgumentError> {
@@ -111,8 +132,8 @@ fn is_type(v: &Value, ty: &str) -> bool {
 
 fn show(v: &Value) -> String {
     let s = v.to_string();
-    if s.len() > 60 {
-        format!("{}…", &s[..s.floor_char_boundary(57)])
+    if s.chars().count() > 60 {
+        format!("{}…", s.chars().take(57).collect::<String>())
     } else {
         s
     }
@@ -130,8 +151,8 @@ fn schema_of(v: &Value) -> Option<&Map<String, Value>> {
     v.as_object()
 }
 
-fn check(schema: &Map<String, Value>, v: &Value, path: &mut String) -> Result<(), ArgumentError> {
-    let here = path.clone();
+fn check(schema: &Map<String, Value>, v: &Value, path: &str) -> Result<(), ArgumentError> {
+    let here = path;
     if let Some(ty) = schema.get("type") {
         let ok = match ty {
             Value::String(t) => is_type(v, t),
@@ -148,26 +169,23 @@ fn check(schema: &Map<String, Value>, v: &Value, path: &mut String) -> Result<()
                     .join(" or "),
                 _ => String::new(),
             };
-            return fail(
-                &here,
-                format!("expected {want}, got {} {}", type_name(v), show(v)),
-            );
+            return fail(here, format!("expected {want}, got {} {}", type_name(v), show(v)));
         }
     }
     if let Some(Value::Array(options)) = schema.get("enum")
         && !options.iter().any(|o| o == v)
     {
         let list: Vec<String> = options.iter().map(show).collect();
-        return fail(&here, format!("{} is not one of {}", show(v), list.join(", ")));
+        return fail(here, format!("{} is not one of {}", show(v), list.join(", ")));
     }
     if let Some(c) = schema.get("const")
         && c != v
     {
-        return fail(&here, format!("must be {}, got {}", show(c), show(v)));
+        return fail(here, format!("must be {}, got {}", show(c), show(v)));
     }
     match v {
-        Value::Number(n) => check_number(schema, n.as_f64().unwrap_or(f64::NAN), v, &here)?,
-        Value::String(s) => check_string(schema, s, &here)?,
+        Value::Number(n) => check_number(schema, n.as_f64().unwrap_or(f64::NAN), v, here)?,
+        Value::String(s) => check_string(schema, s, here)?,
         Value::Array(items) => check_array(schema, items, path)?,
         Value::Object(map) => check_object(schema, map, path)?,
         _ => {}
@@ -179,19 +197,16 @@ fn check(schema: &Map<String, Value>, v: &Value, path: &mut String) -> Result<()
     }
     if let Some(Value::Array(any)) = schema.get("anyOf") {
         let schemas: Vec<_> = any.iter().filter_map(schema_of).collect();
-        if !schemas.is_empty() && !schemas.iter().any(|s| check(s, v, &mut here.clone()).is_ok()) {
-            return fail(&here, format!("{} matches none of the allowed forms", show(v)));
+        if !schemas.is_empty() && !schemas.iter().any(|s| check(s, v, here).is_ok()) {
+            return fail(here, format!("{} matches none of the allowed forms", show(v)));
         }
     }
     if let Some(Value::Array(one)) = schema.get("oneOf") {
         let schemas: Vec<_> = one.iter().filter_map(schema_of).collect();
-        let matching = schemas
-            .iter()
-            .filter(|s| check(s, v, &mut here.clone()).is_ok())
-            .count();
+        let matching = schemas.iter().filter(|s| check(s, v, here).is_ok()).count();
         if !schemas.is_empty() && matching != 1 {
             return fail(
-                &here,
+                here,
                 format!(
                     "{} must match exactly one of the allowed forms (matches {matching})",
                     show(v)
@@ -200,9 +215,9 @@ fn check(schema: &Map<String, Value>, v: &Value, path: &mut String) -> Result<()
         }
     }
     if let Some(not) = schema.get("not").and_then(schema_of)
-        && check(not, v, &mut here.clone()).is_ok()
+        && check(not, v, here).is_ok()
     {
-        return fail(&here, format!("{} is not allowed here", show(v)));
+        return fail(here, format!("{} is not allowed here", show(v)));
     }
     Ok(())
 }
@@ -290,30 +305,30 @@ fn check_string(schema: &Map<String, Value>, s: &str, path: &str) -> Result<(), 
     Ok(())
 }
 
-fn check_array(schema: &Map<String, Value>, items: &[Value], path: &mut String) -> Result<(), ArgumentError> {
-    let here = path.clone();
+fn check_array(schema: &Map<String, Value>, items: &[Value], path: &str) -> Result<(), ArgumentError> {
+    let here = path;
     let n = items.len() as u64;
     if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
         && n < min
     {
-        return fail(&here, format!("has {n} items; at least {min} are needed"));
+        return fail(here, format!("has {n} items; at least {min} are needed"));
     }
     if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
         && n > max
     {
-        return fail(&here, format!("has {n} items; at most {max} are allowed"));
+        return fail(here, format!("has {n} items; at most {max} are allowed"));
     }
     if schema.get("uniqueItems") == Some(&Value::Bool(true)) {
         for (i, a) in items.iter().enumerate() {
             if items[..i].contains(a) {
-                return fail(&here, format!("item {} repeats {}", i, show(a)));
+                return fail(here, format!("item {} repeats {}", i, show(a)));
             }
         }
     }
     if let Some(item_schema) = schema.get("items").and_then(schema_of) {
         for (i, item) in items.iter().enumerate() {
-            let mut p = format!("{here}[{i}]");
-            check(item_schema, item, &mut p)?;
+            let p = format!("{here}[{i}]");
+            check(item_schema, item, &p)?;
         }
     }
     Ok(())
@@ -322,13 +337,13 @@ fn check_array(schema: &Map<String, Value>, items: &[Value], path: &mut String) 
 fn check_object(
     schema: &Map<String, Value>,
     map: &Map<String, Value>,
-    path: &mut String,
+    path: &str,
 ) -> Result<(), ArgumentError> {
-    let here = path.clone();
+    let here = path;
     if let Some(Value::Array(required)) = schema.get("required") {
         for key in required.iter().filter_map(Value::as_str) {
             if !map.contains_key(key) {
-                return fail(&child(&here, key), "is required".to_owned());
+                return fail(&child(here, key), "is required".to_owned());
             }
         }
     }
@@ -336,19 +351,19 @@ fn check_object(
     if let Some(min) = schema.get("minProperties").and_then(Value::as_u64)
         && n < min
     {
-        return fail(&here, format!("has {n} members; at least {min} are needed"));
+        return fail(here, format!("has {n} members; at least {min} are needed"));
     }
     if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64)
         && n > max
     {
-        return fail(&here, format!("has {n} members; at most {max} are allowed"));
+        return fail(here, format!("has {n} members; at most {max} are allowed"));
     }
     let properties = schema.get("properties").and_then(Value::as_object);
     let additional = schema.get("additionalProperties");
     for (key, value) in map {
-        let mut p = child(&here, key);
+        let p = child(here, key);
         match properties.and_then(|p| p.get(key)).and_then(schema_of) {
-            Some(s) => check(s, value, &mut p)?,
+            Some(s) => check(s, value, &p)?,
             None => match additional {
                 Some(Value::Bool(false)) => {
                     let known: Vec<&str> = properties
@@ -361,7 +376,7 @@ fn check_object(
                     };
                     return fail(&p, format!("is not a known argument ({hint})"));
                 }
-                Some(Value::Object(s)) => check(s, value, &mut p)?,
+                Some(Value::Object(s)) => check(s, value, &p)?,
                 _ => {}
             },
         }
