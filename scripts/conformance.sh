@@ -119,23 +119,8 @@ OUT="${CONFORMANCE_OUT:-$CACHE/results/$(date -u +%Y%m%dT%H%M%SZ)}"
 mkdir -p "$OUT"
 
 # ---------------------------------------------------------------- server
-SERVER_PID=""
-stop_server() {
-  if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    # The server runs in its own process group (setsid): stop the group.
-    kill -TERM -- "-$SERVER_PID" 2>/dev/null || kill -TERM "$SERVER_PID" 2>/dev/null || true
-    for _ in $(seq 50); do
-      kill -0 "$SERVER_PID" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL -- "-$SERVER_PID" 2>/dev/null || kill -KILL "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-  fi
-  SERVER_PID=""
-}
-trap stop_server EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# shellcheck source=scripts/lib/server-process.sh
+source "$REPO/scripts/lib/server-process.sh"
 
 free_port() {
   "$NODE" -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'
@@ -155,15 +140,10 @@ else
     exec setsid "${CARGO_TARGET_DIR:-$REPO/target}/release/examples/conformance_server" --listen "127.0.0.1:$PORT"
   ) >"$OUT/server.log" 2>&1 &
   SERVER_PID=$!
-  deadline=$((SECONDS + STARTUP_S))
-  until (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; do
-    if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-      tail -n 40 "$OUT/server.log" >&2 || true
-      die "conformance_server exited before listening on 127.0.0.1:$PORT"
-    fi
-    ((SECONDS < deadline)) || die "conformance_server did not listen on 127.0.0.1:$PORT within ${STARTUP_S}s"
-    sleep 0.1
-  done
+  if ! wait_listening "$PORT" conformance_server "$STARTUP_S"; then
+    tail -n 40 "$OUT/server.log" >&2 || true
+    die "conformance_server did not come up (log: $OUT/server.log)"
+  fi
 fi
 
 # ---------------------------------------------------------------- run

@@ -224,23 +224,8 @@ if ((build_ok == 0)); then
 fi
 
 # ---------------------------------------------------------------- server
-SERVER_PID=""
-stop_server() {
-  if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    # The server runs in its own process group (setsid): stop the group.
-    kill -TERM -- "-$SERVER_PID" 2>/dev/null || kill -TERM "$SERVER_PID" 2>/dev/null || true
-    for _ in $(seq 50); do
-      kill -0 "$SERVER_PID" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL -- "-$SERVER_PID" 2>/dev/null || kill -KILL "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-  fi
-  SERVER_PID=""
-}
-trap stop_server EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# shellcheck source=scripts/lib/server-process.sh
+source "$REPO/scripts/lib/server-process.sh"
 
 free_port() {
   if command -v python3 >/dev/null; then
@@ -255,7 +240,7 @@ free_port() {
 
 # Starts a fresh server; sets SERVER_PID and URL. Returns non-zero (reason on stderr) if it did not come up.
 start_server() { # log-file
-  local log="$1" port deadline
+  local log="$1" port
   port="$(free_port)" || return 1
   URL="http://127.0.0.1:$port/mcp"
   (
@@ -263,18 +248,7 @@ start_server() { # log-file
     exec setsid "$SERVER_BIN" serve --memory --listen "127.0.0.1:$port"
   ) >"$log" 2>&1 &
   SERVER_PID=$!
-  deadline=$((SECONDS + STARTUP_S))
-  until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
-    if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-      echo "the server exited before listening on 127.0.0.1:$port" >&2
-      return 1
-    fi
-    if ((SECONDS >= deadline)); then
-      echo "the server did not listen on 127.0.0.1:$port within ${STARTUP_S}s" >&2
-      return 1
-    fi
-    sleep 0.1
-  done
+  wait_listening "$port" "the server" "$STARTUP_S"
 }
 
 # ---------------------------------------------------------------- run

@@ -108,13 +108,19 @@ fn first_text(result: &JsonObject) -> Option<&str> {
         .find_map(|c| c.get("text").and_then(Value::as_str))
 }
 
-/// The related-task metadata of a task (SEP-2268 adds `parentTaskId`).
-fn related_task(t: &DetailedTask) -> Value {
+/// Adds a task's related-task metadata (SEP-2268 adds `parentTaskId`) to
+/// the `_meta` of `object` (a result or request params), keeping the rest.
+fn with_related_task(object: &mut serde_json::Map<String, Value>, t: &DetailedTask) {
     let related = RelatedTask {
         task_id: t.task().task_id,
         parent_task_id: t.task().parent_task_id,
     };
-    json!({ META_RELATED_TASK: related })
+    let mut meta = match object.remove("_meta") {
+        Some(Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    meta.insert(META_RELATED_TASK.to_owned(), json!(related));
+    object.insert("_meta".to_owned(), Value::Object(meta));
 }
 
 /// The answer of `tasks/result` for a terminal task: the tool's result with
@@ -124,14 +130,7 @@ fn final_message(id: &RequestId, t: &DetailedTask) -> String {
         TaskPayload::Completed { result } => {
             let mut map = result.as_map().clone();
             map.remove("resultType");
-            let mut meta = match map.remove("_meta") {
-                Some(Value::Object(m)) => m,
-                _ => serde_json::Map::new(),
-            };
-            if let Value::Object(related) = related_task(t) {
-                meta.extend(related);
-            }
-            map.insert("_meta".to_owned(), Value::Object(meta));
+            with_related_task(&mut map, t);
             json!({"jsonrpc": "2.0", "id": id.to_value(), "result": map})
         }
         TaskPayload::Failed { error } => {
@@ -450,14 +449,7 @@ fn input_request(t: &DetailedTask, key: &str, request: &JsonObject) -> String {
         Some(Value::Object(p)) => p.clone(),
         _ => serde_json::Map::new(),
     };
-    let mut meta = match params.remove("_meta") {
-        Some(Value::Object(m)) => m,
-        _ => serde_json::Map::new(),
-    };
-    if let Value::Object(related) = related_task(t) {
-        meta.extend(related);
-    }
-    params.insert("_meta".to_owned(), Value::Object(meta));
+    with_related_task(&mut params, t);
     json!({
         "jsonrpc": "2.0",
         "id": format!("{INPUT_ID_PREFIX}{}:{key}", t.task().task_id),
