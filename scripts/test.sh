@@ -22,6 +22,24 @@ cargo clippy --all-targets --all-features -- -D warnings
 echo "== cargo test"
 cargo test --all-features
 
+echo "== feature combinations: runtime only, server without sqlite, client only"
+# A runtime-only user builds none of the server, client, store or CLI stacks.
+runtime_deps="$(cargo tree --no-default-features -e normal --prefix none | awk '{print $1}' | sort -u)"
+for heavy in axum reqwest rusqlite clap petgraph terminal_size tracing-subscriber; do
+  if grep -qx "$heavy" <<<"$runtime_deps"; then
+    echo "the runtime-only build (--no-default-features) depends on $heavy" >&2
+    exit 1
+  fi
+done
+cargo clippy --no-default-features --all-targets -- -D warnings
+cargo clippy --no-default-features --features server --all-targets -- -D warnings
+cargo clippy --no-default-features --features client --all-targets -- -D warnings
+# Runtime only: unit, property and runtime tests and the lib.rs quickstart doctest.
+cargo test --no-default-features
+# The server without SQLite: its unit tests and doctests.
+cargo test --no-default-features --features server --lib
+cargo test --no-default-features --features server --doc
+
 echo "== official MCP conformance suite (installs Node 22 and the suite into .cache/)"
 bash scripts/conformance.sh
 

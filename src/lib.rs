@@ -7,11 +7,18 @@
 //! * [`model`]: the wire types.
 //! * [`core`]: the sans-IO task forest and its lifecycle state machine.
 //! * [`runtime`]: the tokio executor that runs handlers as task trees.
-//! * [`store`]: durability behind one trait (memory, SQLite with group commit).
-//! * [`server`]: the MCP endpoint (Streamable HTTP and stdio).
-//! * [`demo`]: the demo tools of `subtask serve`.
-//! * [`client`]: the client library behind the `subtask` command line:
-//!   transparent polling, ordered partial results, steering, trust checks.
+//! * [`store`]: durability behind one trait (memory; SQLite with group
+//!   commit with the `sqlite` feature).
+//! * `server` (feature `server`): the MCP endpoint (Streamable HTTP and stdio).
+//! * `demo` (feature `demo`): the demo tools of `subtask serve`.
+//! * `client` (feature `client`): the client library behind the `subtask`
+//!   command line: transparent polling, ordered partial results, steering,
+//!   trust checks.
+//!
+//! Features: `server`, `sqlite`, `client`, `demo`, and `cli` (the binary,
+//! with all of them); the default is `cli` plus `mimalloc`. The model, the
+//! core, the runtime and the memory store are always there: a runtime-only
+//! user builds with `default-features = false`.
 //!
 //! # Quickstart
 //!
@@ -42,10 +49,13 @@
 #![deny(missing_docs)]
 #![deny(clippy::await_holding_lock)]
 
+#[cfg(feature = "client")]
 pub mod client;
 pub mod core;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod model;
 pub mod runtime;
+#[cfg(feature = "server")]
 pub mod server;
 pub mod store;

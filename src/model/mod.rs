@@ -24,6 +24,7 @@ pub use capabilities::{ClientCapabilities, ExtensionCapabilities, ServerCapabili
 pub use error::{ErrorCode, ErrorObject};
 pub use id::{ParseTaskIdError, TaskId};
 pub use json::JsonObject;
+#[cfg(feature = "demo")]
 pub(crate) use json::kind as json_kind;
 pub use jsonrpc::{
     JsonRpcError, JsonRpcMessage, JsonRpcNotification, JsonRpcRequest, JsonRpcResponse, JsonRpcVersion,

@@ -1,16 +1,13 @@
 //! Dependencies among sibling subtasks: `after` validation and plans.
 //!
 //! A [`SubtaskPlan`] declares named steps with `after` edges; spawning it
-//! checks the graph with petgraph (a cycle is rejected with the steps on it)
+//! checks the graph (a cycle is rejected with the steps on it)
 //! and starts the steps in a topological order, each with `after` set to
 //! its dependencies, so every step starts only when its dependencies are
 //! terminal and receives their outcomes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
-
-use petgraph::algo::{tarjan_scc, toposort};
-use petgraph::graphmap::DiGraphMap;
 
 use super::context::{HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError};
 use super::error::RuntimeError;
@@ -108,10 +105,10 @@ impl SubtaskPlan {
             .enumerate()
             .map(|(i, s)| (s.name.as_str(), i))
             .collect();
-        let mut graph = DiGraphMap::<usize, ()>::new();
-        for i in 0..self.steps.len() {
-            graph.add_node(i);
-        }
+        let n = self.steps.len();
+        // Edges dependency -> dependent; Kahn's algorithm, ties in declaration order.
+        let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut waiting_on = vec![0usize; n];
         for (i, s) in self.steps.iter().enumerate() {
             for dep in &s.after {
                 let Some(&d) = index.get(dep.as_str()) else {
@@ -119,17 +116,44 @@ impl SubtaskPlan {
                         steps: vec![format!("unknown step {dep:?}")],
                     });
                 };
-                graph.add_edge(d, i, ());
+                dependents[d].push(i);
+                waiting_on[i] += 1;
             }
         }
-        toposort(&graph, None).map_err(|_| {
-            let cycle = tarjan_scc(&graph)
-                .into_iter()
-                .find(|scc| scc.len() > 1 || scc.iter().any(|n| graph.contains_edge(*n, *n)))
-                .unwrap_or_default();
-            RuntimeError::DependencyCycle {
-                steps: cycle.into_iter().map(|i| self.steps[i].name.clone()).collect(),
+        let mut ready: VecDeque<usize> = (0..n).filter(|&i| waiting_on[i] == 0).collect();
+        let mut order = Vec::with_capacity(n);
+        while let Some(i) = ready.pop_front() {
+            order.push(i);
+            for &j in &dependents[i] {
+                waiting_on[j] -= 1;
+                if waiting_on[j] == 0 {
+                    ready.push_back(j);
+                }
             }
+        }
+        if order.len() == n {
+            return Ok(order);
+        }
+        // What Kahn left holds the cycles and the steps downstream of them;
+        // pruning, in reverse, the steps none of the rest depends on leaves
+        // the steps on a cycle (and any between two cycles).
+        let mut left: Vec<bool> = waiting_on.iter().map(|&w| w > 0).collect();
+        loop {
+            let prunable: Vec<usize> = (0..n)
+                .filter(|&i| left[i] && !dependents[i].iter().any(|&j| left[j]))
+                .collect();
+            if prunable.is_empty() {
+                break;
+            }
+            for i in prunable {
+                left[i] = false;
+            }
+        }
+        Err(RuntimeError::DependencyCycle {
+            steps: (0..n)
+                .filter(|&i| left[i])
+                .map(|i| self.steps[i].name.clone())
+                .collect(),
         })
     }
 
@@ -153,5 +177,57 @@ impl SubtaskPlan {
             handles.insert(step.name, handle);
         }
         Ok(handles)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::JsonObject;
+
+    fn plan(steps: &[(&str, &[&str])]) -> SubtaskPlan {
+        let mut plan = SubtaskPlan::new();
+        for (name, after) in steps {
+            plan.step(name, after, SubtaskOptions::default(), |_| async {
+                Ok(JsonObject::new())
+            });
+        }
+        plan
+    }
+
+    fn names(p: &SubtaskPlan, order: Vec<usize>) -> Vec<&str> {
+        order.into_iter().map(|i| p.steps[i].name.as_str()).collect()
+    }
+
+    #[test]
+    fn steps_come_after_their_dependencies_in_declaration_order_otherwise() {
+        let p = plan(&[
+            ("read", &["search"]),
+            ("search", &[]),
+            ("rank", &[]),
+            ("write", &["read", "rank"]),
+        ]);
+        assert_eq!(names(&p, p.order().unwrap()), ["search", "rank", "read", "write"]);
+    }
+
+    #[test]
+    fn a_cycle_is_named_without_the_steps_around_it() {
+        let p = plan(&[
+            ("a", &[]),
+            ("b", &["a", "d"]),
+            ("c", &["b"]),
+            ("d", &["c"]),
+            ("after_cycle", &["d"]),
+        ]);
+        match p.order() {
+            Err(RuntimeError::DependencyCycle { steps }) => assert_eq!(steps, ["b", "c", "d"]),
+            other => panic!("{other:?}"),
+        }
+        let p = plan(&[("self", &["self"])]);
+        assert!(matches!(p.order(), Err(RuntimeError::DependencyCycle { steps }) if steps == ["self"]));
+        let p = plan(&[("x", &["nope"])]);
+        assert!(
+            matches!(p.order(), Err(RuntimeError::DependencyCycle { steps }) if steps[0].contains("nope"))
+        );
     }
 }

@@ -34,6 +34,7 @@
 //!   multi-instance backend uses them to refuse a stale writer.
 
 mod memory;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 
 use std::fmt;
@@ -46,6 +47,7 @@ use serde_json::Value;
 use std::task::{Poll, Waker};
 
 pub use memory::MemoryStore;
+#[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteConfig, SqliteStore};
 
 use crate::model::TaskId;

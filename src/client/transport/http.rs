@@ -4,9 +4,9 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-// `axum::body::Bytes` is `bytes::Bytes`, the chunk type of reqwest's body stream.
-use axum::body::Bytes;
 use base64::Engine;
+// The chunk type of reqwest's body stream.
+use bytes::Bytes;
 use futures::StreamExt;
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 
