@@ -4,6 +4,7 @@
 //! Context Protocol Tasks extension: tasks with subtasks (SEP-2268), steering
 //! and pause/resume (SEP-2669).
 //!
+//! * [`prelude`]: what a server author or runtime user imports.
 //! * [`model`]: the wire types.
 //! * [`core`]: the sans-IO task forest and its lifecycle state machine.
 //! * [`runtime`]: the tokio executor that runs handlers as task trees.
@@ -55,6 +56,7 @@ pub mod core;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod model;
+pub mod prelude;
 pub mod runtime;
 #[cfg(feature = "server")]
 pub mod server;

@@ -1,0 +1,89 @@
+//! A complete MCP server with one tool that fans out into subtasks.
+//!
+//! `cargo run --example hello`, then call `greet_all` with any MCP client
+//! (e.g. `subtask call greet_all '{"names": ["Ada", "Alan"]}' --stream`):
+//! each name is greeted by its own subtask, and the root answers last.
+use serde_json::json;
+use subtask::prelude::*;
+
+fn server() -> Server {
+    let schema = json!({"type": "object", "required": ["names"],
+        "properties": {"names": {"type": "array", "items": {"type": "string"}, "maxItems": 100}}});
+    let spec = ToolSpec::new(
+        "greet_all",
+        "Greets each name in a subtask.",
+        schema,
+        TaskSupport::Optional,
+    );
+    Server::builder(Runtime::new(RuntimeConfig::default()), ServerConfig::default())
+        .tool(spec, |call: ToolCall| async move {
+            let names: Vec<String> =
+                serde_json::from_value(call.arguments["names"].clone()).unwrap_or_default();
+            ToolOutcome::task(move |ctx| async move {
+                let mut greetings = Vec::new();
+                for name in names {
+                    greetings.push(
+                        ctx.spawn_subtask(SubtaskOptions::default(), move |ctx| async move {
+                            ctx.checkpoint().await?; // steer and pause take effect here
+                            Ok(text_result(format!("Hello, {name}!")))
+                        })?,
+                    );
+                }
+                for greeting in &greetings {
+                    greeting.clone().await;
+                }
+                Ok(text_result(format!("greeted {} names", greetings.len())))
+            })
+        })
+        .build()
+}
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:8750").await?;
+    println!("serving MCP at http://127.0.0.1:8750/mcp");
+    subtask::server::http::serve(server(), listener, subtask::server::http::shutdown_signal()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+
+    /// The example, as a user runs it: a real socket, our client library,
+    /// the greetings in tree order and the root's answer last.
+    #[tokio::test]
+    async fn greet_all_fans_out_into_one_subtask_per_name() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        tokio::spawn(subtask::server::http::serve(
+            server(),
+            listener,
+            std::future::pending(),
+        ));
+        let client = Client::http(&url).unwrap();
+        let args = JsonObject::from_value(json!({"names": ["Ada", "Alan", "Grace"]})).unwrap();
+        let parts: Vec<_> = client
+            .call_tool_stream("greet_all", args)
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        let texts: Vec<String> = parts
+            .into_iter()
+            .map(|p| match p.unwrap().outcome {
+                Outcome::Completed(r) => r["content"][0]["text"].as_str().unwrap().to_owned(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            texts,
+            ["Hello, Ada!", "Hello, Alan!", "Hello, Grace!", "greeted 3 names"]
+        );
+        // A bad argument is a tool error the model can act on.
+        let bad = JsonObject::from_value(json!({"names": "Ada"})).unwrap();
+        let r = client.call_tool("greet_all", bad).await.unwrap();
+        assert_eq!(r["isError"], true);
+    }
+}
