@@ -15,7 +15,8 @@ use futures::{StreamExt, stream};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::dispatch::{Incoming, Reply, RequestHeaders};
+use super::dispatch::{Incoming, RequestHeaders};
+use super::reply::Reply;
 use super::{Principal, Server};
 use crate::model::{ErrorCode, ErrorObject, JsonRpcError};
 

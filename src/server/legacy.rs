@@ -34,10 +34,9 @@ use serde_json::{Value, json};
 use super::LEGACY_VERSIONS;
 use super::Server;
 use super::auth::Principal;
-use super::dispatch::{
-    CallMode, Incoming, Rejected, Reply, RequestCtx, error_reply, invalid, result_reply, runtime_error,
-    store_error, str_param,
-};
+use super::dispatch::{Incoming, RequestCtx, str_param};
+use super::reply::{Rejected, Reply, error_reply, invalid, result_reply, runtime_error, store_error};
+use super::tool_calls::CallMode;
 use crate::core::ClientView;
 use crate::model::{
     ClientCapabilities, DetailedTask, ErrorCode, ErrorObject, InputResponses, JsonObject, JsonRpcError,

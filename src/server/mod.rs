@@ -10,15 +10,20 @@ mod dispatch;
 pub mod http;
 mod legacy;
 mod mrtr;
+mod reply;
 mod schema;
 pub mod stdio;
+mod subscriptions;
+mod tasks;
 mod tool;
+mod tool_calls;
 
 use std::sync::Arc;
 
 pub use auth::{Principal, TokenTable};
 pub use config::{ServerConfig, ServerLimits};
-pub use dispatch::{Incoming, LEGACY_VERSIONS, Reply, RequestHeaders, status_for};
+pub use dispatch::{Incoming, LEGACY_VERSIONS, RequestHeaders};
+pub use reply::{Reply, status_for};
 pub use schema::{ArgumentError, check_arguments};
 pub use tool::{
     PromptSpec, RegisteredPrompt, RegisteredTool, TaskBody, TaskSupport, Tool, ToolCall, ToolOutcome,

@@ -10,7 +10,8 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
-use super::dispatch::{Incoming, Reply};
+use super::dispatch::Incoming;
+use super::reply::Reply;
 use super::{Principal, Server};
 
 /// Serves `server` over stdin/stdout until stdin closes.

@@ -1,0 +1,121 @@
+//! What goes back to the transport, and the one place that maps errors to
+//! JSON-RPC codes (`runtime_error`, `store_error`) and to HTTP statuses
+//! (`status_for`, `Rejected`).
+
+use futures::stream::BoxStream;
+use serde_json::{Value, json};
+
+use crate::model::{ErrorCode, ErrorObject, JsonRpcError, RequestId};
+use crate::runtime::RuntimeError;
+use crate::store::StoreError;
+
+/// What to send back.
+pub enum Reply {
+    /// One JSON-RPC message (compact, one line) with its HTTP status.
+    Message {
+        /// HTTP status: 200 for results and for every JSON-RPC error the
+        /// transport texts do not give a status of its own (see [`status_for`]).
+        status: u16,
+        /// The message.
+        body: String,
+    },
+    /// A notification was accepted: HTTP 202, no body.
+    Accepted,
+    /// A stream of JSON-RPC messages (`subscriptions/listen`), one per SSE
+    /// event or stdio line; the last one is the response when it ends.
+    Stream(BoxStream<'static, String>),
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reply::Message { status, body } => write!(f, "Message({status}, {body})"),
+            Reply::Accepted => f.write_str("Accepted"),
+            Reply::Stream(_) => f.write_str("Stream"),
+        }
+    }
+}
+
+/// The HTTP status of a JSON-RPC error on the 2026-07-28 path.
+///
+/// The transport texts give a status only to these: header mismatch
+/// (`-32020`), a missing required client capability (`-32021`) and an
+/// unsupported protocol version (`-32022`) are `400 Bad Request`; an unknown
+/// method (`-32601`) is `404 Not Found`. A request whose `_meta` lacks a
+/// required key is also `400` (the pipeline says so itself, since its code,
+/// `-32602`, is shared with ordinary parameter errors). Every other error
+/// is a normal JSON-RPC response: `200`, so that clients see its code
+/// instead of a transport failure. On the legacy path every JSON-RPC error
+/// is `200`.
+pub fn status_for(code: ErrorCode) -> u16 {
+    match code {
+        ErrorCode::METHOD_NOT_FOUND => 404,
+        ErrorCode::HEADER_MISMATCH | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY => 400,
+        ErrorCode::UNSUPPORTED_PROTOCOL_VERSION => 400,
+        _ => 200,
+    }
+}
+
+/// A request the server answers with an error, and the HTTP status to send it with.
+#[derive(Debug)]
+pub(crate) struct Rejected {
+    pub(crate) status: u16,
+    pub(crate) error: ErrorObject,
+}
+
+impl Rejected {
+    /// An error sent with an explicit HTTP status.
+    pub(crate) fn with_status(status: u16, error: ErrorObject) -> Self {
+        Rejected { status, error }
+    }
+
+    /// An error on the 2026-07-28 path, with the status [`status_for`] gives it.
+    pub(crate) fn modern(error: ErrorObject) -> Self {
+        Rejected {
+            status: status_for(error.code),
+            error,
+        }
+    }
+
+    /// An error on the legacy path: always a normal response (200).
+    pub(crate) fn legacy(error: ErrorObject) -> Self {
+        Rejected { status: 200, error }
+    }
+}
+
+impl From<ErrorObject> for Rejected {
+    fn from(error: ErrorObject) -> Self {
+        Rejected::modern(error)
+    }
+}
+
+pub(crate) fn error_reply(status: u16, id: Option<RequestId>, error: ErrorObject) -> Reply {
+    let body = serde_json::to_string(&JsonRpcError::new(id, error)).expect("error responses serialize");
+    Reply::Message { status, body }
+}
+
+pub(crate) fn result_reply(id: &RequestId, result: Value) -> Reply {
+    let body = serde_json::to_string(&json!({"jsonrpc": "2.0", "id": id.to_value(), "result": result}))
+        .expect("results serialize");
+    Reply::Message { status: 200, body }
+}
+
+pub(crate) fn invalid(message: impl Into<String>) -> ErrorObject {
+    ErrorObject::new(ErrorCode::INVALID_PARAMS, message)
+}
+
+pub(crate) fn store_error(e: StoreError) -> ErrorObject {
+    ErrorObject::new(
+        ErrorCode::INTERNAL_ERROR,
+        format!("the change could not be made durable: {e}"),
+    )
+}
+
+pub(crate) fn runtime_error(e: RuntimeError) -> ErrorObject {
+    match &e {
+        RuntimeError::Transition(crate::core::TransitionError::UnknownTask(_)) => {
+            ErrorObject::task_not_found()
+        }
+        _ => e.to_error_object(),
+    }
+}

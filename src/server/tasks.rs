@@ -1,0 +1,125 @@
+//! The `tasks/*` methods of the 2026-07-28 wire: `get`, `update`, `cancel`,
+//! and SEP-2669's `steer`, `pause`, `resume`; what the caller may see, and
+//! how a task is shown on this wire.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::Server;
+use super::auth::Principal;
+use super::dispatch::RequestCtx;
+use super::reply::{Reply, invalid, result_reply, runtime_error};
+use crate::model::{
+    DetailedTask, ErrorCode, ErrorObject, GetTaskResult, InputResponses, JsonObject, JsonRpcRequest,
+    SteerTaskParams, TaskId, TaskIdParams, TaskPayload,
+};
+use crate::runtime::Owner;
+
+impl Server {
+    pub(crate) fn owner(&self, principal: &Principal) -> Arc<Owner> {
+        self.inner.owners.of(principal)
+    }
+
+    /// Resolves a task id the caller may see; unknown, malformed and foreign
+    /// ids are indistinguishable.
+    pub(crate) fn visible_task(&self, raw: &str, principal: &Principal) -> Result<TaskId, ErrorObject> {
+        let not_found = ErrorObject::task_not_found;
+        let id: TaskId = raw.parse().map_err(|_| not_found())?;
+        match self.inner.runtime.owner_of(id) {
+            Some(owner) if owner.name() == principal.name() => Ok(id),
+            _ => Err(not_found()),
+        }
+    }
+
+    /// A `tasks/*` method; returns the reply and the task it concerns.
+    pub(crate) fn task_method(
+        &self,
+        req: &JsonRpcRequest,
+        ctx: &RequestCtx,
+    ) -> Result<(Reply, TaskId), ErrorObject> {
+        let rt = &self.inner.runtime;
+        let view = ctx.view();
+        let ack = || json!({"resultType": "complete"});
+        match req.method.as_str() {
+            "tasks/get" => {
+                let p: TaskIdParams = req.params_as()?;
+                let id = self.visible_task(&p.task_id, &ctx.principal)?;
+                let snap = rt.get(id, view).ok_or_else(ErrorObject::task_not_found)?;
+                Ok((result_reply(&ctx.id, task_result(snap)), id))
+            }
+            "tasks/update" => {
+                let p: TaskIdParams = req.params_as()?;
+                let responses = match req.params.as_ref().and_then(|p| p.get("inputResponses")) {
+                    Some(Value::Object(m)) => responses_of(m),
+                    _ => return Err(invalid("`inputResponses` must be an object of responses")),
+                };
+                let id = self.visible_task(&p.task_id, &ctx.principal)?;
+                rt.update(id, responses).map_err(runtime_error)?;
+                Ok((result_reply(&ctx.id, ack()), id))
+            }
+            "tasks/cancel" => {
+                let p: TaskIdParams = req.params_as()?;
+                let id = self.visible_task(&p.task_id, &ctx.principal)?;
+                let _ = rt.cancel(id).map_err(runtime_error)?;
+                Ok((result_reply(&ctx.id, ack()), id))
+            }
+            "tasks/steer" => {
+                let p: SteerTaskParams = req.params_as()?;
+                let id = self.visible_task(&p.task_id, &ctx.principal)?;
+                rt.steer(id, p.message).map_err(runtime_error)?;
+                Ok((result_reply(&ctx.id, ack()), id))
+            }
+            "tasks/pause" => {
+                let p: TaskIdParams = req.params_as()?;
+                let id = self.visible_task(&p.task_id, &ctx.principal)?;
+                let snap = rt.pause(id, view).map_err(runtime_error)?;
+                Ok((result_reply(&ctx.id, task_result(snap)), id))
+            }
+            "tasks/resume" => {
+                let p: TaskIdParams = req.params_as()?;
+                let id = self.visible_task(&p.task_id, &ctx.principal)?;
+                let snap = rt.resume(id, view).map_err(runtime_error)?;
+                Ok((result_reply(&ctx.id, task_result(snap)), id))
+            }
+            other => Err(ErrorObject::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("method not found: {other:?}"),
+            )),
+        }
+    }
+}
+
+/// The responses of an `inputResponses` object. A value that is not an
+/// object cannot answer anything: it is dropped like an unknown key, so the
+/// tool asks again (or the key is ignored) rather than the request failing.
+pub(crate) fn responses_of(m: &serde_json::Map<String, Value>) -> InputResponses {
+    m.iter()
+        .filter_map(|(k, v)| match v {
+            Value::Object(o) => Some((k.clone(), JsonObject::from_map(o.clone()))),
+            _ => None,
+        })
+        .collect()
+}
+
+fn task_result(task: DetailedTask) -> Value {
+    serde_json::to_value(GetTaskResult::new(modern_view(task))).expect("task results serialize")
+}
+
+/// A task as the 2026-07-28 wire shows it: a completed task's `result` is a
+/// complete `CallToolResult` of that revision, so it carries `resultType:
+/// "complete"` (tool handlers, subtasks included, return the bare result).
+pub(crate) fn modern_view(task: DetailedTask) -> DetailedTask {
+    let (task, payload) = task.into_parts();
+    let payload = match payload {
+        TaskPayload::Completed { result } if !result.as_map().contains_key("resultType") => {
+            let mut map = result.as_map().clone();
+            map.insert("resultType".to_owned(), json!("complete"));
+            TaskPayload::Completed {
+                result: JsonObject::from_map(map),
+            }
+        }
+        other => other,
+    };
+    DetailedTask::new(task, payload)
+}

@@ -1,0 +1,336 @@
+//! `tools/list`, `tools/call` and the prompts: the arguments checked
+//! against the tool's schema, then a result, an MRTR round, a task or a
+//! protocol error; on the legacy path with or without task augmentation.
+
+use serde_json::{Value, json};
+
+use super::auth::Principal;
+use super::dispatch::{RequestCtx, str_param};
+use super::reply::{Reply, invalid, result_reply, runtime_error, store_error};
+use super::tasks::responses_of;
+use super::tool::{ToolCall, ToolOutcome};
+use super::{RegisteredTool, Server, TaskSupport};
+use crate::core::{ClientView, RootOptions};
+use crate::model::{DetailedTask, ErrorCode, ErrorObject, JsonObject, JsonRpcRequest, TaskId, TaskPayload};
+use crate::runtime::Launch;
+
+impl Server {
+    pub(crate) fn tools_list(&self, modern: bool) -> Value {
+        let tools: Vec<Value> = self
+            .inner
+            .tools
+            .iter()
+            .map(|t| {
+                let mut tool = json!({
+                    "name": t.spec.name,
+                    "description": t.spec.description,
+                    "inputSchema": t.spec.input_schema,
+                });
+                if !modern {
+                    // 2025-11-25 tool-level negotiation; the 2026 extension
+                    // leaves the choice to the server and has no such field.
+                    tool["execution"] = json!({"taskSupport": t.spec.task_support.as_str()});
+                }
+                tool
+            })
+            .collect();
+        if modern {
+            json!({"resultType": "complete", "tools": tools, "ttlMs": 0, "cacheScope": "private"})
+        } else {
+            json!({"tools": tools})
+        }
+    }
+
+    pub(crate) fn prompts_list(&self) -> Value {
+        let prompts: Vec<Value> = self
+            .inner
+            .prompts
+            .iter()
+            .map(|p| json!({"name": p.spec.name, "description": p.spec.description, "arguments": p.spec.arguments}))
+            .collect();
+        json!({"resultType": "complete", "prompts": prompts, "ttlMs": 0, "cacheScope": "private"})
+    }
+
+    /// Reads the MRTR parts of a call: `arguments`, `inputResponses`, `requestState`.
+    fn read_call(&self, req: &JsonRpcRequest, ctx: &RequestCtx, name: &str) -> Result<ToolCall, ErrorObject> {
+        let params = req.params.as_ref();
+        let arguments = match params.and_then(|p| p.get("arguments")) {
+            None | Some(Value::Null) => JsonObject::new(),
+            Some(Value::Object(m)) => JsonObject::from_map(m.clone()),
+            Some(_) => return Err(invalid("`arguments` must be an object")),
+        };
+        let input_responses = match params.map(|p| p.get("inputResponses")) {
+            None | Some(None) => None,
+            Some(Some(Value::Object(m))) => Some(responses_of(m)),
+            Some(Some(_)) => return Err(invalid("`inputResponses` must be an object of responses")),
+        };
+        let request_state = match params.and_then(|p| p.get("requestState")) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(
+                self.inner
+                    .state_key
+                    .open(name, s)
+                    .map_err(|m| invalid(format!("invalid requestState: {m}")))?,
+            ),
+            Some(_) => return Err(invalid("`requestState` must be a string")),
+        };
+        Ok(ToolCall {
+            name: name.to_owned(),
+            arguments,
+            input_responses,
+            request_state,
+            client_capabilities: ctx.caps.clone(),
+            tasks: ctx.tasks,
+        })
+    }
+
+    fn tool(&self, name: &str) -> Result<&RegisteredTool, ErrorObject> {
+        self.inner
+            .tools
+            .iter()
+            .find(|t| t.spec.name == name)
+            .ok_or_else(|| invalid(format!("unknown tool {name:?}")))
+    }
+
+    /// `tools/call` on either wire: the arguments are checked against the
+    /// tool's schema (a violation is an `isError` result the model can act
+    /// on), then the tool answers with a result, an MRTR round, a task or a
+    /// protocol error.
+    pub(crate) async fn tools_call(
+        &self,
+        req: &JsonRpcRequest,
+        ctx: &RequestCtx,
+        mode: CallMode,
+    ) -> Result<Reply, ErrorObject> {
+        let legacy = mode != CallMode::Modern;
+        let name =
+            str_param(req.params.as_ref(), "name").ok_or_else(|| invalid("`name` must be a string"))?;
+        let tool = self.tool(name)?.clone();
+        match (tool.spec.task_support, mode) {
+            (TaskSupport::Required, CallMode::Modern) if ctx.tasks.is_none() => {
+                return Err(ErrorObject::tasks_extension_required());
+            }
+            // 2025-11-25, tool-level negotiation: -32601 for a required task
+            // tool called without `params.task`, and for a task-augmented
+            // call of a tool that forbids it.
+            (TaskSupport::Required, CallMode::LegacySync) => {
+                return Err(ErrorObject::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!(
+                        "tool {name:?} runs only as a task: call it with `params.task` (task augmentation required)"
+                    ),
+                ));
+            }
+            (TaskSupport::Forbidden, CallMode::LegacyTask { .. }) => {
+                return Err(ErrorObject::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!(
+                        "tool {name:?} does not support task-augmented calls (execution.taskSupport is \"forbidden\")"
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        let call = self.read_call(req, ctx, name)?;
+        let outcome = match tool.spec.check_arguments(&call.arguments) {
+            Err(e) => ToolOutcome::Complete(super::tool::error_result(format!("{e}"))),
+            Ok(()) => tool.tool.call(call.clone()).await,
+        };
+        let (body, ttl_ms) = match outcome {
+            ToolOutcome::Error(e) => return Err(e),
+            ToolOutcome::InputRequired { .. } if legacy => {
+                return Err(invalid(format!(
+                    "tool {name:?} needs client input before it starts, which the legacy protocol cannot carry"
+                )));
+            }
+            ToolOutcome::InputRequired {
+                input_requests,
+                state,
+            } => {
+                let mut result = json!({"resultType": "input_required", "inputRequests": input_requests});
+                if let Some(state) = state {
+                    result["requestState"] = Value::String(self.inner.state_key.seal(name, &state));
+                }
+                return Ok(result_reply(&ctx.id, result));
+            }
+            // A task-augmented legacy call must be answered with a task: a
+            // result the tool gave at once becomes a task that completes with it.
+            ToolOutcome::Complete(result) if matches!(mode, CallMode::LegacyTask { .. }) => {
+                let body: super::TaskBody = Box::new(move |_ctx| Box::pin(async move { Ok(result) }));
+                (body, None)
+            }
+            ToolOutcome::Complete(result) => return Ok(result_reply(&ctx.id, complete(result, legacy))),
+            ToolOutcome::Task { body, ttl_ms } => (body, ttl_ms),
+        };
+        let ttl_ms = match mode {
+            CallMode::LegacyTask { ttl_ms: Some(asked) } => {
+                Some(asked.clamp(1, self.inner.config.max_task_ttl_ms))
+            }
+            _ => ttl_ms.or(self.inner.config.default_task_ttl_ms),
+        };
+        let id = self.start_task(&ctx.principal, &tool, &call, body, ttl_ms)?;
+        let returns_task = match mode {
+            CallMode::Modern => ctx.tasks.is_some(),
+            CallMode::LegacyTask { .. } => true,
+            CallMode::LegacySync => false,
+        };
+        if returns_task {
+            let view = if legacy { ClientView::BASE } else { ctx.view() };
+            let snap = self.inner.runtime.get(id, view).ok_or_else(|| {
+                ErrorObject::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    "task vanished right after it was created",
+                )
+            })?;
+            // CreateTaskResult only once the task is durable (spec MUST),
+            // with everything the snapshot shows: the handler may have
+            // created subtasks (listed in `childTaskIds`) after the task's
+            // own batch, so wait after reading it.
+            self.inner.runtime.flushed(id).await.map_err(store_error)?;
+            let result = if legacy {
+                serde_json::to_value(crate::model::LegacyCreateTaskResult {
+                    task: super::legacy::legacy_task(&seed(snap)),
+                    meta: None,
+                })
+                .expect("task results serialize")
+            } else {
+                serde_json::to_value(crate::model::CreateTaskResult::new(seed(snap)))
+                    .expect("task results serialize")
+            };
+            return Ok(result_reply(&ctx.id, result));
+        }
+        self.inner.runtime.flushed(id).await.map_err(store_error)?;
+        // A client that did not ask for a task gets the final result; if it
+        // goes away, the task is cancelled.
+        let guard = CancelOnDrop {
+            server: self.clone(),
+            id,
+            armed: true,
+        };
+        let done = self.inner.runtime.wait(id, ClientView::BASE).await;
+        let mut guard = guard;
+        guard.armed = false;
+        self.inner.runtime.flushed(id).await.map_err(store_error)?;
+        // An execution failure of a synchronous call is a tool result with
+        // `isError: true`, so the model can act on it (server-tools.md, Error
+        // Handling); the task itself stays `failed` with its error.
+        let result = match done.map(|t| t.into_parts().1) {
+            Some(TaskPayload::Completed { result }) => result,
+            Some(TaskPayload::Failed { error }) => {
+                super::tool::error_result(format!("{name} failed: {} (error {})", error.message, error.code))
+            }
+            _ => super::tool::error_result(format!("{name} was cancelled before it finished")),
+        };
+        Ok(result_reply(&ctx.id, complete(result, legacy)))
+    }
+
+    /// Starts the root task of a `tools/call`, owned by the caller, with
+    /// what a durable store needs to run it again.
+    fn start_task(
+        &self,
+        principal: &Principal,
+        tool: &RegisteredTool,
+        call: &ToolCall,
+        body: super::TaskBody,
+        ttl_ms: Option<u64>,
+    ) -> Result<TaskId, ErrorObject> {
+        let opts = RootOptions {
+            ttl_ms,
+            poll_interval_ms: None,
+        };
+        let launch = self.inner.runtime.store().map(|_| Launch {
+            resumable: tool.spec.resumable,
+            call: super::tool::launch_of(call),
+        });
+        self.inner
+            .runtime
+            .start_root_launch(Some(self.owner(principal)), opts, body, launch)
+            .map_err(runtime_error)
+    }
+
+    pub(crate) async fn prompts_get(
+        &self,
+        req: &JsonRpcRequest,
+        ctx: &RequestCtx,
+    ) -> Result<Reply, ErrorObject> {
+        let name =
+            str_param(req.params.as_ref(), "name").ok_or_else(|| invalid("`name` must be a string"))?;
+        let prompt = self
+            .inner
+            .prompts
+            .iter()
+            .find(|p| p.spec.name == name)
+            .ok_or_else(|| invalid(format!("unknown prompt {name:?}")))?
+            .clone();
+        let call = self.read_call(req, ctx, name)?;
+        match prompt.prompt.call(call).await {
+            ToolOutcome::Complete(result) => Ok(result_reply(&ctx.id, complete(result, false))),
+            ToolOutcome::Error(e) => Err(e),
+            ToolOutcome::InputRequired {
+                input_requests,
+                state,
+            } => {
+                let mut result = json!({"resultType": "input_required", "inputRequests": input_requests});
+                if let Some(state) = state {
+                    result["requestState"] = Value::String(self.inner.state_key.seal(name, &state));
+                }
+                Ok(result_reply(&ctx.id, result))
+            }
+            ToolOutcome::Task { .. } => Err(ErrorObject::new(
+                ErrorCode::INTERNAL_ERROR,
+                "a prompt cannot become a task",
+            )),
+        }
+    }
+}
+
+/// How a `tools/call` arrived, which decides whether it may become a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CallMode {
+    /// 2026-07-28: a task when the tool makes one and the request declared
+    /// the tasks extension.
+    Modern,
+    /// Legacy without `params.task`: answered with the final result.
+    LegacySync,
+    /// Legacy with `params.task` (2025-11-25 task augmentation): answered
+    /// with a `CreateTaskResult`, with the requested TTL if any.
+    LegacyTask {
+        /// `params.task.ttl`.
+        ttl_ms: Option<u64>,
+    },
+}
+
+pub(crate) fn complete(result: JsonObject, legacy: bool) -> Value {
+    let mut v = result.to_value();
+    if !legacy {
+        v["resultType"] = json!("complete");
+    }
+    v
+}
+
+/// The seed state of a new task: as created (`working`, no payload), even if
+/// the handler already moved on — the client polls for the rest.
+pub(crate) fn seed(snap: DetailedTask) -> DetailedTask {
+    let (mut task, payload) = snap.into_parts();
+    if !matches!(payload, TaskPayload::Working) {
+        task.status_message = None;
+        task.last_updated_at = task.created_at;
+    }
+    DetailedTask::new(task, TaskPayload::Working)
+}
+
+/// Cancels a task run on behalf of a client without the tasks extension if
+/// the request goes away before it finishes.
+struct CancelOnDrop {
+    server: Server,
+    id: TaskId,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.server.inner.runtime.cancel(self.id);
+        }
+    }
+}
