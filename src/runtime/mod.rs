@@ -57,7 +57,7 @@ pub use plan::SubtaskPlan;
 
 use crate::core::{CancelOutcome, ClientView, Forest, ResultCursor, RootOptions};
 use crate::model::{DetailedTask, InputResponses, JsonObject, TaskId};
-use crate::store::{StoreError, TaskStore, TreeMeta};
+use crate::store::{StoreError, TaskStore, Ticket, TreeMeta};
 use inner::Inner;
 pub use recovery::{Launch, RecoveryReport};
 pub use tree::HandlerBody;
@@ -131,6 +131,40 @@ impl Runtime {
             return Ok(());
         }
         store.wait_durable(ticket).await
+    }
+
+    /// Resolves once the store has made `ticket` durable (see
+    /// [`Runtime::get_owned`]); immediate without a store.
+    ///
+    /// # Errors
+    ///
+    /// The store failed: the change may be lost on a crash.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Cancellation safe: dropping the future only stops waiting.
+    pub async fn durable(&self, ticket: Ticket) -> Result<(), StoreError> {
+        let Some(store) = &self.inner.store else {
+            return Ok(());
+        };
+        if store.is_durable(ticket)? {
+            return Ok(());
+        }
+        store.wait_durable(ticket).await
+    }
+
+    /// `tasks/get` in one lookup: the task as `view` sees it if its tree
+    /// belongs to the principal named `owner`, with the ticket to await
+    /// ([`Runtime::durable`]) before showing it. `None` for unknown ids and
+    /// for another principal's (or an unowned) tree, alike.
+    pub fn get_owned(&self, id: TaskId, owner: &str, view: ClientView) -> Option<(DetailedTask, Ticket)> {
+        let tree = self.inner.tree_of(id)?;
+        let st = tree.state.lock();
+        if st.owner.as_ref()?.name() != owner {
+            return None;
+        }
+        let snap = st.forest.snapshot(id, view)?;
+        Some((snap, st.durable.ticket))
     }
 
     /// The configuration.

@@ -230,6 +230,7 @@ impl Server {
             "prompts/list" => Ok(result_reply(&ctx.id, self.prompts_list())),
             "prompts/get" => Ok(self.prompts_get(&req, &ctx).await?),
             "subscriptions/listen" => Ok(self.listen(&req, &ctx)?),
+            "tasks/get" => Ok(self.get_task(&req, &ctx).await?),
             _ => {
                 let (reply, id) = self.task_method(&req, &ctx)?;
                 // Nothing is acknowledged or shown before it is durable.

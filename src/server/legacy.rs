@@ -239,12 +239,15 @@ impl Server {
     }
 
     async fn legacy_get(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
-        let id = self.legacy_task_id(req, &ctx.principal)?;
+        let raw =
+            str_param(req.params.as_ref(), "taskId").ok_or_else(|| invalid("`taskId` must be a string"))?;
+        let id: TaskId = raw.parse().map_err(|_| ErrorObject::task_not_found())?;
         let rt = &self.inner.runtime;
-        let snap = rt
-            .get(id, ClientView::BASE)
+        // The owner check, the snapshot and the durability ticket in one lookup.
+        let (snap, ticket) = rt
+            .get_owned(id, ctx.principal.name(), ClientView::BASE)
             .ok_or_else(ErrorObject::task_not_found)?;
-        rt.flushed(id).await.map_err(store_error)?;
+        rt.durable(ticket).await.map_err(store_error)?;
         Ok(result_reply(&ctx.id, task_object(&snap)))
     }
 

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::Server;
 use super::auth::Principal;
 use super::dispatch::RequestCtx;
-use super::reply::{Reply, invalid, result_reply, runtime_error};
+use super::reply::{Reply, invalid, result_reply, runtime_error, store_error};
 use crate::model::{
     DetailedTask, ErrorCode, ErrorObject, GetTaskResult, InputResponses, JsonObject, JsonRpcRequest,
     SteerTaskParams, TaskId, TaskIdParams, TaskPayload,
@@ -32,7 +32,25 @@ impl Server {
         }
     }
 
-    /// A `tasks/*` method; returns the reply and the task it concerns.
+    /// `tasks/get`: the owner check, the snapshot and the durability ticket
+    /// under one lookup of the tree, then the wait for that ticket.
+    pub(crate) async fn get_task(
+        &self,
+        req: &JsonRpcRequest,
+        ctx: &RequestCtx,
+    ) -> Result<Reply, ErrorObject> {
+        let p: TaskIdParams = req.params_as()?;
+        let id: TaskId = p.task_id.parse().map_err(|_| ErrorObject::task_not_found())?;
+        let rt = &self.inner.runtime;
+        let (snap, ticket) = rt
+            .get_owned(id, ctx.principal.name(), ctx.view())
+            .ok_or_else(ErrorObject::task_not_found)?;
+        rt.durable(ticket).await.map_err(store_error)?;
+        Ok(result_reply(&ctx.id, task_result(snap)))
+    }
+
+    /// A `tasks/*` method other than `tasks/get`; returns the reply and the
+    /// task it concerns (the caller waits for it to be durable).
     pub(crate) fn task_method(
         &self,
         req: &JsonRpcRequest,
@@ -42,12 +60,6 @@ impl Server {
         let view = ctx.view();
         let ack = || json!({"resultType": "complete"});
         match req.method.as_str() {
-            "tasks/get" => {
-                let p: TaskIdParams = req.params_as()?;
-                let id = self.visible_task(&p.task_id, &ctx.principal)?;
-                let snap = rt.get(id, view).ok_or_else(ErrorObject::task_not_found)?;
-                Ok((result_reply(&ctx.id, task_result(snap)), id))
-            }
             "tasks/update" => {
                 let p: TaskIdParams = req.params_as()?;
                 let responses = match req.params.as_ref().and_then(|p| p.get("inputResponses")) {
