@@ -755,9 +755,7 @@ impl Harness {
             self.model = model;
         }
         self.stats.record(&op, &expected, &self.model);
-        if let Err(v) = self.forest.check_invariants()
-            && !self.known_core_bug(&v)
-        {
+        if let Err(v) = self.forest.check_invariants() {
             return Err(format!("check_invariants: {v}"));
         }
 
@@ -1153,7 +1151,7 @@ impl Harness {
             for &c in &m.tasks[i].children {
                 if let Some(&(_, cto, cpos)) = changed.get(&c) {
                     ensure!(
-                        !cto.is_terminal() || cpos < pos || !strict(),
+                        !cto.is_terminal() || cpos < pos,
                         "I6: Changed(t{i} -> {to}) is emitted before its child's Changed(t{c} -> {cto})"
                     );
                 }
@@ -1303,45 +1301,4 @@ impl Harness {
 
 pub fn json(v: serde_json::Value) -> JsonObject {
     JsonObject::from_value(v).expect("an object")
-}
-
-/// The core bugs this harness once tolerated (each with a minimal repro in
-/// `lifecycle.rs`'s `regressions` module) are fixed: nothing is tolerated.
-fn strict() -> bool {
-    true
-}
-
-impl Harness {
-    /// Whether `v` is one of the known, reported core bugs:
-    ///
-    /// - "timers": an active task whose expiry timer fired while it was
-    ///   winding down (handler still running) is left without a timer
-    ///   (`regressions::expiry_of_a_running_task_keeps_the_timer_invariant`);
-    /// - "I8": a child whose creation came after its parent's expiry cannot
-    ///   be clamped to it with a non-negative TTL
-    ///   (`regressions::child_of_an_expired_parent_does_not_outlive_it`,
-    ///   `regressions::set_ttl_below_a_childs_creation_keeps_nesting`).
-    fn known_core_bug(&self, v: &subtask::core::InvariantViolation) -> bool {
-        if strict() {
-            return false;
-        }
-        let m = &self.model;
-        let Some(i) = m.find(v.task) else { return false };
-        match v.invariant {
-            "timers" => {
-                v.detail.contains("expiry timer does not match the TTL")
-                    && m.is_live(i)
-                    && m.tasks[i].ending.is_some()
-                    && m.expiry(i).is_some_and(|e| e <= self.now)
-            }
-            "I8" => {
-                let t = &m.tasks[i];
-                v.detail.contains("after its parent")
-                    && t.parent
-                        .and_then(|p| m.expiry(p))
-                        .is_some_and(|pexp| pexp < t.created)
-            }
-            _ => false,
-        }
-    }
 }
