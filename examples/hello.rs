@@ -73,7 +73,7 @@ mod tests {
         let texts: Vec<String> = parts
             .into_iter()
             .map(|p| match p.unwrap().outcome {
-                Outcome::Completed(r) => r["content"][0]["text"].as_str().unwrap().to_owned(),
+                TaskOutcome::Completed(r) => r["content"][0]["text"].as_str().unwrap().to_owned(),
                 other => panic!("{other:?}"),
             })
             .collect();

@@ -35,4 +35,4 @@ pub use crate::server::{
 };
 
 #[cfg(feature = "client")]
-pub use crate::client::{Client, ClientError, Outcome};
+pub use crate::client::{Client, ClientError};

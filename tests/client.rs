@@ -11,7 +11,7 @@ use futures::StreamExt;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use subtask::client::{
-    Client, ClientBuilder, ClientError, InputRequest, Outcome, PartialResult, TaskJournal,
+    Client, ClientBuilder, ClientError, InputRequest, PartialResult, TaskJournal, TaskOutcome,
 };
 use subtask::model::{ErrorCode, ErrorObject, JsonObject, TaskId, TaskStatus};
 use subtask::runtime::{Runtime, RuntimeConfig, SubtaskOptions};
@@ -209,7 +209,7 @@ async fn collect(mut stream: subtask::client::ResultStream) -> Vec<PartialResult
 
 fn result_text(p: &PartialResult) -> String {
     match &p.outcome {
-        Outcome::Completed(r) => text(r),
+        TaskOutcome::Completed(r) => text(r),
         other => format!("{other:?}"),
     }
 }
@@ -293,7 +293,7 @@ async fn input_requested_by_a_grandchild_is_answered_once() {
         Some(root)
     );
     let node = results.iter().find(|r| r.task_id == Some(task)).unwrap();
-    let Outcome::Completed(r) = &node.outcome else {
+    let TaskOutcome::Completed(r) = &node.outcome else {
         unreachable!()
     };
     assert_eq!(r["structuredContent"]["input"]["action"], "accept");
@@ -512,7 +512,7 @@ async fn the_client_drives_subtask_serve_over_stdio() {
     let paths: Vec<&str> = results
         .iter()
         .map(|r| match &r.outcome {
-            Outcome::Completed(r) => r["structuredContent"]["path"].as_str().unwrap_or("?"),
+            TaskOutcome::Completed(r) => r["structuredContent"]["path"].as_str().unwrap_or("?"),
             _ => "?",
         })
         .collect();

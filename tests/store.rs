@@ -333,7 +333,7 @@ fn assert_corrupt_naming(err: &StoreError, path: &Path, what: &str) {
 
 /// What became of a damaged file.
 #[derive(Debug, PartialEq, Eq)]
-enum Outcome {
+enum TaskOutcome {
     /// `SqliteStore::open` refused it (`Corrupt`, naming the file).
     RefusedAtOpen,
     /// It opened, and `Runtime::recover` refused a tree (`Corrupt`, naming
@@ -345,11 +345,11 @@ enum Outcome {
 
 /// Opens and recovers `path`; fails on any outcome but a clear refusal or
 /// the very same trees as `pristine`.
-fn outcome(path: &Path, pristine: &[subtask::store::StoredTree], what: &str) -> Outcome {
+fn outcome(path: &Path, pristine: &[subtask::store::StoredTree], what: &str) -> TaskOutcome {
     let store = match open(path) {
         Err(err) => {
             assert_corrupt_naming(&err, path, what);
-            return Outcome::RefusedAtOpen;
+            return TaskOutcome::RefusedAtOpen;
         }
         Ok(s) => Arc::new(s),
     };
@@ -364,14 +364,14 @@ fn outcome(path: &Path, pristine: &[subtask::store::StoredTree], what: &str) -> 
     match r {
         Err(StoreError::Corrupt(msg)) => {
             assert!(msg.contains("tree ") && msg.contains("task "), "{what}: {msg}");
-            Outcome::RefusedAtRecover
+            TaskOutcome::RefusedAtRecover
         }
         Err(e) => panic!("{what}: recover failed with {e:?}, not Corrupt"),
         Ok(report) => {
             assert_eq!(report.interrupted, 0, "{what}: every stored tree is terminal");
             let now = normalize(store.load().expect("a recovered store loads"));
             assert!(now == pristine, "{what}: recovered, but into different trees");
-            Outcome::Unchanged
+            TaskOutcome::Unchanged
         }
     }
 }
@@ -411,7 +411,7 @@ fn truncated_files_are_reported_as_damaged() {
         assert_eq!(trees.iter().map(|t| t.tasks.len()).sum::<usize>(), tasks);
         trees
     };
-    assert_eq!(outcome(&path, &before, "the intact file"), Outcome::Unchanged);
+    assert_eq!(outcome(&path, &before, "the intact file"), TaskOutcome::Unchanged);
     // Whole pages lost (also with a partial page on top): refused at open.
     for cut in [
         full / 2,
@@ -426,7 +426,11 @@ fn truncated_files_are_reported_as_damaged() {
     ] {
         std::fs::write(&path, &pristine[..cut as usize]).unwrap();
         let what = format!("the file cut to {cut} of {full} bytes");
-        assert_eq!(outcome(&path, &before, &what), Outcome::RefusedAtOpen, "{what}");
+        assert_eq!(
+            outcome(&path, &before, &what),
+            TaskOutcome::RefusedAtOpen,
+            "{what}"
+        );
         let err = open(&path).unwrap_err().to_string();
         assert!(
             err.contains("malformed") || err.contains("not a database") || err.contains("too short"),
@@ -443,7 +447,7 @@ fn truncated_files_are_reported_as_damaged() {
         let what = format!("the file cut to {cut} of {full} bytes");
         assert_eq!(
             outcome(&path, &before, &what),
-            Outcome::RefusedAtRecover,
+            TaskOutcome::RefusedAtRecover,
             "{what}"
         );
     }
@@ -452,7 +456,7 @@ fn truncated_files_are_reported_as_damaged() {
     let cut = full - page / 2;
     std::fs::write(&path, &pristine[..cut as usize]).unwrap();
     let what = format!("the file cut to {cut} of {full} bytes");
-    assert_ne!(outcome(&path, &before, &what), Outcome::Unchanged, "{what}");
+    assert_ne!(outcome(&path, &before, &what), TaskOutcome::Unchanged, "{what}");
 }
 
 /// SQLite's rule, pinned down: a 0- or 1-byte file is an empty database, so

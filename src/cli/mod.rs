@@ -17,7 +17,7 @@ use std::sync::Arc;
 use clap::Args;
 use serde_json::{Value, json};
 use subtask::client::{
-    CallStart, Client, ClientBuilder, ClientError, DEFAULT_URL, InputRequest, Outcome, PartialResult,
+    CallStart, Client, ClientBuilder, ClientError, DEFAULT_URL, InputRequest, PartialResult, TaskOutcome,
     TaskTree,
 };
 use subtask::model::{JsonObject, TaskId, TaskStatus};
@@ -361,7 +361,7 @@ async fn call(a: CallArgs) -> Result<u8, Failure> {
             let p = PartialResult {
                 task_id: None,
                 parent_task_id: None,
-                outcome: Outcome::Completed(result),
+                outcome: TaskOutcome::Completed(result),
             };
             print_partial(&p, None, a.json, color);
             return Ok(code);
@@ -381,7 +381,7 @@ async fn call(a: CallArgs) -> Result<u8, Failure> {
         }
         if p.task_id == Some(root) {
             status = Some(match &p.outcome {
-                Outcome::Completed(result) => exit_for_result(result),
+                TaskOutcome::Completed(result) => exit_for_result(result),
                 other => exit_for(other.status()),
             });
         }
@@ -460,8 +460,10 @@ fn nested_json(tree: &TaskTree, root: TaskId) -> Value {
             None => json!({"taskId": id}),
         };
         match node.outcome() {
-            Some(Outcome::Completed(result)) => v["result"] = result.to_value(),
-            Some(Outcome::Failed(error)) => v["error"] = serde_json::to_value(error).unwrap_or(Value::Null),
+            Some(TaskOutcome::Completed(result)) => v["result"] = result.to_value(),
+            Some(TaskOutcome::Failed(error)) => {
+                v["error"] = serde_json::to_value(error).unwrap_or(Value::Null)
+            }
             _ => {}
         }
         if let Some(inputs) = node.input_requests() {

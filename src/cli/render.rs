@@ -3,7 +3,7 @@
 
 use std::io::IsTerminal;
 
-use subtask::client::{Outcome, PartialResult, TaskNode, TaskTree};
+use subtask::client::{PartialResult, TaskNode, TaskOutcome, TaskTree};
 use subtask::model::{DetailedTask, JsonObject, TaskId, TaskPayload, TaskStatus, Timestamp};
 
 /// Spinner frames for live tasks.
@@ -216,10 +216,10 @@ pub(crate) fn partial_line(p: &PartialResult, root: Option<TaskId>, color: bool)
         .map(|p| format!(" (in {})", short(p)))
         .unwrap_or_default();
     let body = match &p.outcome {
-        Outcome::Completed(r) if p.task_id == root => format!("\n{}", result_text(r)),
-        Outcome::Completed(r) => format!("  {}", truncate(&one_line(&result_text(r)), 120)),
-        Outcome::Failed(e) => format!("  {} ({})", e.message, e.code),
-        Outcome::Cancelled => String::new(),
+        TaskOutcome::Completed(r) if p.task_id == root => format!("\n{}", result_text(r)),
+        TaskOutcome::Completed(r) => format!("  {}", truncate(&one_line(&result_text(r)), 120)),
+        TaskOutcome::Failed(e) => format!("  {} ({})", e.message, e.code),
+        TaskOutcome::Cancelled => String::new(),
     };
     format!(
         "{} {} {id}{parent}{body}",

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 
 use super::watch::{Mode, TaskUpdates};
 use super::{
-    Client, ClientError, InputRequest, Outcome, PartialResult, TaskTree, TreeWatch, WatchEvent, parse,
+    Client, ClientError, InputRequest, PartialResult, TaskOutcome, TaskTree, TreeWatch, WatchEvent, parse,
 };
 use crate::model::{
     CreateTaskResult, DetailedTask, JsonObject, JsonRpcMessage, NOTIFICATIONS_SUBSCRIPTIONS_ACKNOWLEDGED,
@@ -193,9 +193,9 @@ impl Client {
             return Err(ClientError::Protocol(format!("task {id} ended without a result")));
         };
         match last.outcome {
-            Outcome::Completed(result) => Ok(result),
-            Outcome::Failed(error) => Err(ClientError::TaskFailed { task_id: id, error }),
-            Outcome::Cancelled => Err(ClientError::TaskCancelled { task_id: id }),
+            TaskOutcome::Completed(result) => Ok(result),
+            TaskOutcome::Failed(error) => Err(ClientError::TaskFailed { task_id: id, error }),
+            TaskOutcome::Cancelled => Err(ClientError::TaskCancelled { task_id: id }),
         }
     }
 
@@ -223,7 +223,7 @@ impl Client {
                     Ok(PartialResult {
                         task_id: None,
                         parent_task_id: None,
-                        outcome: Outcome::Completed(result),
+                        outcome: TaskOutcome::Completed(result),
                     })
                 })
                 .boxed(),

@@ -60,13 +60,15 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
+/// How a followed task ended (the one outcome type, defined in [`model`](crate::model)).
+pub use crate::model::TaskOutcome;
 pub use builder::ClientBuilder;
 pub use calls::{CallStart, ResultStream};
 pub use config::{ClientConfig, ClientLimits};
 pub use error::{ClientError, Violation};
 pub use input::{InputHandler, InputRequest};
 pub use journal::TaskJournal;
-pub use tree::{Outcome, PartialResult, TaskNode, TaskTree};
+pub use tree::{PartialResult, TaskNode, TaskTree};
 pub use watch::{TreeWatch, WatchEvent};
 
 use transport::{Outgoing, Transport};

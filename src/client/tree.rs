@@ -28,49 +28,23 @@ use serde_json::{Value, json};
 
 use super::{ClientLimits, Violation};
 use crate::model::{
-    DetailedTask, ErrorObject, InputRequests, JsonObject, Task, TaskId, TaskPayload, TaskStatus,
+    DetailedTask, InputRequests, JsonObject, Task, TaskId, TaskOutcome, TaskPayload, TaskStatus,
 };
 
-/// How a task ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    /// `completed` with its result (a `CallToolResult` for a tool call; also
-    /// when the tool reported `isError: true`). A 2026-07-28 result always
-    /// carries `resultType: "complete"`: [`Outcome::of`] adds it when a
-    /// server left it out of a task's inlined result.
-    Completed(JsonObject),
-    /// `failed` with its JSON-RPC error.
-    Failed(ErrorObject),
-    /// `cancelled`.
-    Cancelled,
-}
-
-impl Outcome {
-    /// The terminal status.
-    pub fn status(&self) -> TaskStatus {
-        match self {
-            Outcome::Completed(_) => TaskStatus::Completed,
-            Outcome::Failed(_) => TaskStatus::Failed,
-            Outcome::Cancelled => TaskStatus::Cancelled,
-        }
-    }
-
-    /// The outcome of a terminal payload, `None` for a live one.
-    pub fn of(payload: &TaskPayload) -> Option<Outcome> {
-        match payload {
-            TaskPayload::Completed { result } => {
-                let mut result = result.clone();
-                if !result.as_map().contains_key("resultType") {
-                    let mut map = result.as_map().clone();
-                    map.insert("resultType".to_owned(), Value::from("complete"));
-                    result = JsonObject::from_map(map);
-                }
-                Some(Outcome::Completed(result))
+/// The outcome of a followed task's terminal payload (`None` while it is
+/// live). A 2026-07-28 result always carries `resultType: "complete"`: it is
+/// added when a server left it out of a task's inlined result.
+pub(crate) fn outcome_of(payload: &TaskPayload) -> Option<TaskOutcome> {
+    match TaskOutcome::of_payload(payload)? {
+        TaskOutcome::Completed(mut result) => {
+            if !result.as_map().contains_key("resultType") {
+                let mut map = result.as_map().clone();
+                map.insert("resultType".to_owned(), Value::from("complete"));
+                result = JsonObject::from_map(map);
             }
-            TaskPayload::Failed { error } => Some(Outcome::Failed(error.clone())),
-            TaskPayload::Cancelled => Some(Outcome::Cancelled),
-            _ => None,
+            Some(TaskOutcome::Completed(result))
         }
+        other => Some(other),
     }
 }
 
@@ -84,7 +58,7 @@ pub struct PartialResult {
     /// Its parent, as the task reports it.
     pub parent_task_id: Option<TaskId>,
     /// How it ended.
-    pub outcome: Outcome,
+    pub outcome: TaskOutcome,
 }
 
 impl PartialResult {
@@ -102,9 +76,9 @@ impl PartialResult {
             "status": self.status().as_str(),
         });
         match &self.outcome {
-            Outcome::Completed(r) => v["result"] = r.to_value(),
-            Outcome::Failed(e) => v["error"] = serde_json::to_value(e).unwrap_or(Value::Null),
-            Outcome::Cancelled => {}
+            TaskOutcome::Completed(r) => v["result"] = r.to_value(),
+            TaskOutcome::Failed(e) => v["error"] = serde_json::to_value(e).unwrap_or(Value::Null),
+            TaskOutcome::Cancelled => {}
         }
         v
     }
@@ -118,7 +92,7 @@ pub struct TaskNode {
     depth: u32,
     task: Option<Task>,
     input_requests: Option<InputRequests>,
-    outcome: Option<Outcome>,
+    outcome: Option<TaskOutcome>,
     emitted: bool,
     pub(crate) not_found: u32,
     pub(crate) inputs_presented: usize,
@@ -178,7 +152,7 @@ impl TaskNode {
     /// How the task ended, while that is held: from the snapshot that showed
     /// it terminal until its partial result is handed out (a snapshot walk,
     /// [`Client::get_tree`](super::Client::get_tree), hands out none).
-    pub fn outcome(&self) -> Option<&Outcome> {
+    pub fn outcome(&self) -> Option<&TaskOutcome> {
         self.outcome.as_ref()
     }
 
@@ -357,7 +331,7 @@ impl TaskTree {
         };
         let changed = node.task.as_ref() != Some(&new) || node.input_requests != inputs;
         if !node.emitted {
-            node.outcome = Outcome::of(&payload);
+            node.outcome = outcome_of(&payload);
         }
         node.input_requests = inputs;
         node.task = Some(new);
@@ -506,7 +480,7 @@ mod tests {
     fn a_completed_outcome_is_a_complete_call_tool_result() {
         // A server that follows the text's example and leaves resultType out.
         let t = snap(id(1), None, &[], TaskStatus::Completed, 1);
-        let Some(Outcome::Completed(r)) = Outcome::of(t.payload()) else {
+        let Some(TaskOutcome::Completed(r)) = outcome_of(t.payload()) else {
             panic!()
         };
         assert_eq!(r["resultType"], "complete");
@@ -514,7 +488,7 @@ mod tests {
         // One that sends it keeps it as sent.
         let sent = JsonObject::from_value(json!({"resultType": "complete", "content": []})).unwrap();
         let payload = TaskPayload::Completed { result: sent.clone() };
-        assert_eq!(Outcome::of(&payload), Some(Outcome::Completed(sent)));
+        assert_eq!(outcome_of(&payload), Some(TaskOutcome::Completed(sent)));
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod legacy;
 mod meta;
 mod methods;
 mod notifications;
+mod outcome;
 mod requests;
 mod results;
 mod status;
@@ -41,6 +42,7 @@ pub use methods::{
     TOOLS_CALL, TOOLS_LIST, TaskMethod,
 };
 pub use notifications::{SubscriptionsAcknowledgedParams, TaskStatusNotificationParams};
+pub use outcome::TaskOutcome;
 pub use requests::{
     CancelTaskParams, GetTaskParams, NotificationFilter, PauseTaskParams, RequestParams, ResumeTaskParams,
     SteerTaskParams, SubscriptionsListenParams, TaskIdParams, UpdateTaskParams,

@@ -15,7 +15,7 @@ use super::tree::{Exit, HandlerBody, Post, StartJob, TaskCell, TaskRt, TreeCell,
 use crate::core::{
     ChildOptions, HandlerOutcome, Phase, SafePoint, Slot, TaskRecord, Terminal, TransitionError,
 };
-use crate::model::{ErrorCode, ErrorObject, JsonObject, TaskId};
+use crate::model::{ErrorCode, ErrorObject, JsonObject, TaskId, TaskOutcome};
 
 /// What a handler returns: a result (e.g. a `CallToolResult`, also with
 /// `isError: true`), or a JSON-RPC error that fails the task.
@@ -39,34 +39,13 @@ where
     }
 }
 
-/// How a task ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TaskOutcome {
-    /// Completed with this result.
-    Completed(JsonObject),
-    /// Failed with this JSON-RPC error.
-    Failed(ErrorObject),
-    /// Cancelled.
-    Cancelled,
-}
-
-impl TaskOutcome {
-    /// The outcome of a terminal task, `None` while it is active.
-    pub fn of(rec: &TaskRecord) -> Option<TaskOutcome> {
-        match rec.phase() {
-            Phase::Active(_) => None,
-            Phase::Terminal(Terminal::Completed { result }) => Some(TaskOutcome::Completed(result.clone())),
-            Phase::Terminal(Terminal::Failed { error }) => Some(TaskOutcome::Failed((**error).clone())),
-            Phase::Terminal(Terminal::Cancelled { .. }) => Some(TaskOutcome::Cancelled),
-        }
-    }
-
-    /// The result when completed.
-    pub fn result(&self) -> Option<&JsonObject> {
-        match self {
-            TaskOutcome::Completed(r) => Some(r),
-            _ => None,
-        }
+/// The outcome of a terminal task record, `None` while it is active.
+pub(crate) fn outcome_of(rec: &TaskRecord) -> Option<TaskOutcome> {
+    match rec.phase() {
+        Phase::Active(_) => None,
+        Phase::Terminal(Terminal::Completed { result }) => Some(TaskOutcome::Completed(result.clone())),
+        Phase::Terminal(Terminal::Failed { error }) => Some(TaskOutcome::Failed((**error).clone())),
+        Phase::Terminal(Terminal::Cancelled { .. }) => Some(TaskOutcome::Cancelled),
     }
 }
 
@@ -886,7 +865,7 @@ impl SubtaskHandle {
                 match st.forest.task(id) {
                     None => return TaskOutcome::Cancelled,
                     Some(r) => {
-                        if let Some(o) = TaskOutcome::of(r) {
+                        if let Some(o) = outcome_of(r) {
                             return o;
                         }
                     }

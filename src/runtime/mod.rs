@@ -47,10 +47,11 @@ use std::sync::Arc;
 
 use futures::Stream;
 
+/// How a task ended (the one outcome type, defined in [`model`](crate::model)).
+pub use crate::model::TaskOutcome;
 pub use config::RuntimeConfig;
 pub use context::{
-    DependencyOutcome, HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError, TaskOutcome,
-    ToolHandler,
+    DependencyOutcome, HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError, ToolHandler,
 };
 pub use error::{Interrupted, RuntimeError};
 pub use plan::SubtaskPlan;

@@ -15,7 +15,7 @@ use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::context::{DependencyOutcome, HandlerResult, Started, TaskContext, TaskOutcome};
+use super::context::{DependencyOutcome, HandlerResult, Started, TaskContext};
 use super::error::RuntimeError;
 use super::inner::Inner;
 use super::scheduler::Job;
@@ -691,7 +691,7 @@ impl Inner {
                 .filter_map(|d| {
                     st.forest
                         .task(*d)
-                        .and_then(TaskOutcome::of)
+                        .and_then(super::context::outcome_of)
                         .map(|outcome| DependencyOutcome { id: *d, outcome })
                 })
                 .collect();
