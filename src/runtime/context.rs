@@ -677,6 +677,8 @@ impl TaskContext {
                 deps: opts.after.clone(),
                 rerun: false,
                 meta: None,
+                // Called from the parent's handler: its span is current.
+                parent_span: tracing::Span::current(),
             };
             let pending: Vec<TaskId> = opts
                 .after
@@ -735,8 +737,13 @@ impl TaskContext {
 
     /// Runs the handler, turning its return, error, panic or abort into the
     /// task's `finish`.
-    pub(crate) fn supervise(self, body: HandlerBody) -> impl Future<Output = ()> + Send + 'static {
+    pub(crate) fn supervise(
+        self,
+        body: HandlerBody,
+        parent_span: &tracing::Span,
+    ) -> impl Future<Output = ()> + Send + 'static {
         let span = tracing::info_span!(
+            parent: parent_span,
             "task",
             task_id = %self.id,
             parent_task_id = ?self.parent.map(|p| p.to_string()),

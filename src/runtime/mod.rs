@@ -309,6 +309,7 @@ impl Runtime {
             deps: Vec::new(),
             rerun: false,
             meta: None,
+            parent_span: tracing::Span::current(),
         };
         if fast {
             // Created and started in one step: one batch for the store, and

@@ -171,6 +171,7 @@ impl Runtime {
                         deps: Vec::new(),
                         rerun: true,
                         meta: None,
+                        parent_span: tracing::Span::current(),
                     },
                     false,
                 );

@@ -38,6 +38,10 @@ pub(crate) struct StartJob {
     /// The tree row, written with this job's first batch (a root created
     /// and started in one step).
     pub(crate) meta: Option<TreeMeta>,
+    /// The span the task's own span is a child of: its parent task's (the
+    /// span current where `spawn_subtask` ran), or for a root the span of
+    /// whoever started it (e.g. the request). A trace shows the tree.
+    pub(crate) parent_span: tracing::Span,
 }
 
 /// A live task's shared runtime state: its wake-up channel (for everything
@@ -700,9 +704,9 @@ impl Inner {
             // then always current, and it starts holding its slot.
             let cell = st.notify_at(slot).expect("a started task is live");
             cell.sched_slot.lock().holding = true;
-            Some((job.body, deps, parent, slot, cell))
+            Some((job.body, job.parent_span, deps, parent, slot, cell))
         });
-        let Some((body, deps, parent, slot, cell)) = started else {
+        let Some((body, parent_span, deps, parent, slot, cell)) = started else {
             return false;
         };
         let start = Started {
@@ -714,7 +718,7 @@ impl Inner {
             rerun,
         };
         let ctx = TaskContext::new(self.clone(), tree, start);
-        tokio::spawn(ctx.supervise(body));
+        tokio::spawn(ctx.supervise(body, &parent_span));
         true
     }
 }
