@@ -37,11 +37,11 @@ use std::time::Duration;
 
 use clap::Parser;
 use serde_json::{Map, Value, json};
-use subtask::model::{ClientCapabilities, ErrorCode, ErrorObject, InputRequests, JsonObject};
+use subtask::model::{ClientCapabilities, ErrorCode, ErrorObject, JsonObject};
 use subtask::runtime::{Runtime, RuntimeConfig, TaskContext, TaskError};
 use subtask::server::{
-    PromptSpec, Server, ServerBuilder, ServerConfig, TaskSupport, ToolCall, ToolOutcome, ToolSpec,
-    elicitation, error_result, text_result,
+    ElicitAnswer, PromptSpec, Server, ServerBuilder, ServerConfig, TaskSupport, ToolCall, ToolOutcome,
+    ToolSpec, elicitation, error_result, list_roots, sampling, text_result,
 };
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
@@ -327,9 +327,9 @@ async fn test_missing_capability(call: ToolCall) -> ToolOutcome {
         return missing;
     }
     let ask = sampling("Say hello in one word.", 20);
-    match sampled_text(&call, "completion") {
+    match call.sampled_text("completion") {
         Err(e) => ToolOutcome::Error(e),
-        Ok(None) => input_required([("completion", ask)], None),
+        Ok(None) => ToolOutcome::input_required([("completion", ask)], None),
         Ok(Some(text)) => ToolOutcome::Complete(text_result(format!("The client's model said: {text}"))),
     }
 }
@@ -347,13 +347,13 @@ async fn test_streaming_elicitation(call: ToolCall) -> ToolOutcome {
         json!({"color": {"type": "string"}}),
         &["color"],
     );
-    match elicited(&call, "favorite_color", &ask) {
+    match call.elicited("favorite_color", &ask) {
         Err(e) => ToolOutcome::Error(e),
-        Ok(Reply::Missing) => input_required([("favorite_color", ask)], None),
-        Ok(Reply::Accepted(content)) => {
+        Ok(ElicitAnswer::Missing) => ToolOutcome::input_required([("favorite_color", ask)], None),
+        Ok(ElicitAnswer::Accepted(content)) => {
             ToolOutcome::Complete(text_result(format!("You like {}.", str_field(&content, "color"))))
         }
-        Ok(Reply::Refused(action)) => {
+        Ok(ElicitAnswer::Refused(action)) => {
             ToolOutcome::Complete(text_result(format!("No colour given ({action}).")))
         }
     }
@@ -462,10 +462,12 @@ async fn test_tool_with_task(call: ToolCall) -> ToolOutcome {
         return missing;
     }
     let ask = ask_name();
-    match elicited(&call, "user_name", &ask) {
+    match call.elicited("user_name", &ask) {
         Err(e) => ToolOutcome::Error(e),
-        Ok(Reply::Missing) => input_required([("user_name", ask)], Some(json!({"stage": "ask-name"}))),
-        Ok(Reply::Accepted(content)) => {
+        Ok(ElicitAnswer::Missing) => {
+            ToolOutcome::input_required([("user_name", ask)], Some(json!({"stage": "ask-name"})))
+        }
+        Ok(ElicitAnswer::Accepted(content)) => {
             let name = str_field(&content, "name");
             ToolOutcome::task(move |ctx| async move {
                 ctx.set_status_message(format!("preparing a greeting for {name}"));
@@ -473,7 +475,7 @@ async fn test_tool_with_task(call: ToolCall) -> ToolOutcome {
                 Ok(text_result(format!("Hello, {name}! (greeted from a task)")))
             })
         }
-        Ok(Reply::Refused(action)) => ToolOutcome::task(move |_ctx| async move {
+        Ok(ElicitAnswer::Refused(action)) => ToolOutcome::task(move |_ctx| async move {
             Ok(error_result(format!(
                 "No name was given ({action}); nobody to greet."
             )))
@@ -491,13 +493,13 @@ async fn ir_elicitation(call: ToolCall) -> ToolOutcome {
         return missing;
     }
     let ask = ask_name();
-    match elicited(&call, "user_name", &ask) {
+    match call.elicited("user_name", &ask) {
         Err(e) => ToolOutcome::Error(e),
-        Ok(Reply::Missing) => input_required([("user_name", ask)], None),
-        Ok(Reply::Accepted(content)) => {
+        Ok(ElicitAnswer::Missing) => ToolOutcome::input_required([("user_name", ask)], None),
+        Ok(ElicitAnswer::Accepted(content)) => {
             ToolOutcome::Complete(text_result(format!("Hello, {}!", str_field(&content, "name"))))
         }
-        Ok(Reply::Refused(action)) => {
+        Ok(ElicitAnswer::Refused(action)) => {
             ToolOutcome::Complete(error_result(format!("No name was given ({action}).")))
         }
     }
@@ -509,9 +511,9 @@ async fn ir_sampling(call: ToolCall) -> ToolOutcome {
     if let Some(missing) = require(&call, Capability::Sampling) {
         return missing;
     }
-    match sampled_text(&call, "capital_question") {
+    match call.sampled_text("capital_question") {
         Err(e) => ToolOutcome::Error(e),
-        Ok(None) => input_required(
+        Ok(None) => ToolOutcome::input_required(
             [(
                 "capital_question",
                 sampling("What is the capital of France?", 100),
@@ -527,9 +529,9 @@ async fn ir_list_roots(call: ToolCall) -> ToolOutcome {
     if let Some(missing) = require(&call, Capability::Roots) {
         return missing;
     }
-    match listed_roots(&call, "client_roots") {
+    match call.listed_roots("client_roots") {
         Err(e) => ToolOutcome::Error(e),
-        Ok(None) => input_required([("client_roots", list_roots())], None),
+        Ok(None) => ToolOutcome::input_required([("client_roots", list_roots())], None),
         Ok(Some(roots)) => ToolOutcome::Complete(text_result(describe_roots(&roots))),
     }
 }
@@ -590,15 +592,15 @@ async fn ir_multi_round(call: ToolCall) -> ToolOutcome {
     };
     match state.get("round").and_then(Value::as_u64) {
         // Round 1 (also for a call without state: the state proves the round).
-        None | Some(0) => input_required([("step1", step1())], Some(json!({"round": 1}))),
-        Some(1) => match elicited(&call, "step1", &step1()) {
+        None | Some(0) => ToolOutcome::input_required([("step1", step1())], Some(json!({"round": 1}))),
+        Some(1) => match call.elicited("step1", &step1()) {
             Err(e) => ToolOutcome::Error(e),
-            Ok(Reply::Missing) => input_required([("step1", step1())], Some(state)),
-            Ok(Reply::Accepted(content)) => input_required(
+            Ok(ElicitAnswer::Missing) => ToolOutcome::input_required([("step1", step1())], Some(state)),
+            Ok(ElicitAnswer::Accepted(content)) => ToolOutcome::input_required(
                 [("step2", step2())],
                 Some(json!({"round": 2, "name": str_field(&content, "name")})),
             ),
-            Ok(Reply::Refused(action)) => {
+            Ok(ElicitAnswer::Refused(action)) => {
                 ToolOutcome::Complete(error_result(format!("Stopped at step 1 ({action}).")))
             }
         },
@@ -608,14 +610,14 @@ async fn ir_multi_round(call: ToolCall) -> ToolOutcome {
                 .and_then(Value::as_str)
                 .unwrap_or("someone")
                 .to_owned();
-            match elicited(&call, "step2", &step2()) {
+            match call.elicited("step2", &step2()) {
                 Err(e) => ToolOutcome::Error(e),
-                Ok(Reply::Missing) => input_required([("step2", step2())], Some(state)),
-                Ok(Reply::Accepted(content)) => ToolOutcome::Complete(text_result(format!(
+                Ok(ElicitAnswer::Missing) => ToolOutcome::input_required([("step2", step2())], Some(state)),
+                Ok(ElicitAnswer::Accepted(content)) => ToolOutcome::Complete(text_result(format!(
                     "{name}'s favorite color is {}.",
                     str_field(&content, "color")
                 ))),
-                Ok(Reply::Refused(action)) => {
+                Ok(ElicitAnswer::Refused(action)) => {
                     ToolOutcome::Complete(error_result(format!("Stopped at step 2 ({action}).")))
                 }
             }
@@ -656,10 +658,10 @@ async fn ir_prompt(call: ToolCall) -> ToolOutcome {
         json!({"context": {"type": "string"}}),
         &["context"],
     );
-    match elicited(&call, "user_context", &ask) {
+    match call.elicited("user_context", &ask) {
         Err(e) => ToolOutcome::Error(e),
-        Ok(Reply::Missing) => input_required([("user_context", ask)], None),
-        Ok(Reply::Accepted(content)) => {
+        Ok(ElicitAnswer::Missing) => ToolOutcome::input_required([("user_context", ask)], None),
+        Ok(ElicitAnswer::Accepted(content)) => {
             let given = str_field(&content, "context");
             ToolOutcome::Complete(object(json!({
                 "description": "A prompt built from the context the user gave",
@@ -669,7 +671,7 @@ async fn ir_prompt(call: ToolCall) -> ToolOutcome {
                 }],
             })))
         }
-        Ok(Reply::Refused(action)) => ToolOutcome::Error(ErrorObject::new(
+        Ok(ElicitAnswer::Refused(action)) => ToolOutcome::Error(ErrorObject::new(
             ErrorCode::INVALID_PARAMS,
             format!("the prompt needs a context, and the user gave none ({action})"),
         )),
@@ -696,18 +698,20 @@ fn confirm_with_state(call: &ToolCall, fixture: &str) -> ToolOutcome {
         .is_some_and(|s| s.get("fixture").and_then(Value::as_str) == Some(fixture));
     if !issued {
         let state = json!({"fixture": fixture, "nonce": uuid::Uuid::new_v4().to_string()});
-        return input_required([("confirm", ask)], Some(state));
+        return ToolOutcome::input_required([("confirm", ask)], Some(state));
     }
-    match elicited(call, "confirm", &ask) {
+    match call.elicited("confirm", &ask) {
         Err(e) => ToolOutcome::Error(e),
-        Ok(Reply::Missing) => input_required([("confirm", ask)], call.request_state.clone()),
-        Ok(Reply::Accepted(content)) => {
+        Ok(ElicitAnswer::Missing) => {
+            ToolOutcome::input_required([("confirm", ask)], call.request_state.clone())
+        }
+        Ok(ElicitAnswer::Accepted(content)) => {
             let ok = content.get("ok").and_then(Value::as_bool).unwrap_or(false);
             ToolOutcome::Complete(text_result(format!(
                 "state-ok: the echoed requestState verified; ok = {ok}"
             )))
         }
-        Ok(Reply::Refused(action)) => ToolOutcome::Complete(text_result(format!(
+        Ok(ElicitAnswer::Refused(action)) => ToolOutcome::Complete(text_result(format!(
             "state-ok: the echoed requestState verified; {action}"
         ))),
     }
@@ -749,13 +753,15 @@ fn gather(call: &ToolCall, questions: &[Question]) -> Result<Vec<String>, ToolOu
     let mut missing = Vec::new();
     for q in questions {
         let answer = match q.capability {
-            Capability::Elicitation => elicited(call, q.key, &q.request).map(|r| match r {
-                Reply::Missing => None,
-                Reply::Accepted(c) => Some(format!("name {}", str_field(&c, "name"))),
-                Reply::Refused(action) => Some(format!("no name ({action})")),
+            Capability::Elicitation => call.elicited(q.key, &q.request).map(|r| match r {
+                ElicitAnswer::Missing => None,
+                ElicitAnswer::Accepted(c) => Some(format!("name {}", str_field(&c, "name"))),
+                ElicitAnswer::Refused(action) => Some(format!("no name ({action})")),
             }),
-            Capability::Sampling => sampled_text(call, q.key).map(|t| t.map(|t| format!("greeting {t:?}"))),
-            Capability::Roots => listed_roots(call, q.key).map(|r| r.map(|r| describe_roots(&r))),
+            Capability::Sampling => call
+                .sampled_text(q.key)
+                .map(|t| t.map(|t| format!("greeting {t:?}"))),
+            Capability::Roots => call.listed_roots(q.key).map(|r| r.map(|r| describe_roots(&r))),
         };
         match answer {
             Err(e) => return Err(ToolOutcome::Error(e)),
@@ -774,7 +780,7 @@ fn gather(call: &ToolCall, questions: &[Question]) -> Result<Vec<String>, ToolOu
         .and_then(Value::as_u64)
         .unwrap_or(0)
         + 1;
-    Err(input_required(
+    Err(ToolOutcome::input_required(
         missing.iter().map(|q| (q.key, q.request.clone())),
         Some(json!({"asked": asked, "round": round})),
     ))
@@ -831,157 +837,6 @@ fn ask_name() -> JsonObject {
     )
 }
 
-/// A `sampling/createMessage` input request with one user text message.
-fn sampling(text: &str, max_tokens: u32) -> JsonObject {
-    object(json!({
-        "method": "sampling/createMessage",
-        "params": {
-            "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
-            "maxTokens": max_tokens,
-        },
-    }))
-}
-
-/// A `roots/list` input request.
-fn list_roots() -> JsonObject {
-    object(json!({"method": "roots/list", "params": {}}))
-}
-
-/// An `input_required` outcome.
-fn input_required<'a>(
-    requests: impl IntoIterator<Item = (&'a str, JsonObject)>,
-    state: Option<Value>,
-) -> ToolOutcome {
-    let input_requests: InputRequests = requests.into_iter().map(|(k, r)| (k.to_owned(), r)).collect();
-    ToolOutcome::InputRequired {
-        input_requests,
-        state,
-    }
-}
-
-/// How the client answered an elicitation.
-enum Reply {
-    /// Not answered (this round asks again).
-    Missing,
-    /// `accept`, with content matching the requested schema.
-    Accepted(Map<String, Value>),
-    /// `decline` or `cancel`.
-    Refused(String),
-}
-
-/// The answer under `key` to the elicitation `request`. Unknown keys are never
-/// looked at; a known key whose answer does not fit is `-32602`.
-fn elicited(call: &ToolCall, key: &str, request: &JsonObject) -> Result<Reply, ErrorObject> {
-    match call.response(key) {
-        None => Ok(Reply::Missing),
-        Some(answer) => parse_elicit_answer(key, answer, request),
-    }
-}
-
-/// An `ElicitResult` checked against the elicitation `request` it answers.
-fn parse_elicit_answer(key: &str, answer: &JsonObject, request: &JsonObject) -> Result<Reply, ErrorObject> {
-    match answer.get("action").and_then(Value::as_str) {
-        Some("accept") => {
-            let content = answer
-                .get("content")
-                .and_then(Value::as_object)
-                .ok_or_else(|| invalid_answer(key, "an accepted elicitation needs a `content` object"))?;
-            let schema = request
-                .get("params")
-                .and_then(|p| p.get("requestedSchema"))
-                .unwrap_or(&Value::Null);
-            check_content(schema, content).map_err(|why| invalid_answer(key, &why))?;
-            Ok(Reply::Accepted(content.clone()))
-        }
-        Some(action @ ("decline" | "cancel")) => Ok(Reply::Refused(action.to_owned())),
-        _ => Err(invalid_answer(
-            key,
-            "`action` must be \"accept\", \"decline\" or \"cancel\"",
-        )),
-    }
-}
-
-/// Checks elicited `content` against a flat requested schema: required
-/// fields present, and each known field of its primitive type.
-fn check_content(schema: &Value, content: &Map<String, Value>) -> Result<(), String> {
-    let properties = schema.get("properties").and_then(Value::as_object);
-    for field in schema
-        .get("required")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let field = field.as_str().unwrap_or_default();
-        if !content.contains_key(field) {
-            return Err(format!("`content.{field}` is required"));
-        }
-    }
-    for (field, value) in content {
-        let Some(expected) = properties
-            .and_then(|p| p.get(field))
-            .and_then(|p| p.get("type"))
-            .and_then(Value::as_str)
-        else {
-            continue;
-        };
-        let fits = match expected {
-            "string" => value.is_string(),
-            "boolean" => value.is_boolean(),
-            "number" => value.is_number(),
-            "integer" => value.is_i64() || value.is_u64(),
-            _ => true,
-        };
-        if !fits {
-            return Err(format!("`content.{field}` must be a {expected}"));
-        }
-    }
-    Ok(())
-}
-
-/// The text of a `CreateMessageResult` under `key` (`content` a text block or
-/// an array holding one).
-fn sampled_text(call: &ToolCall, key: &str) -> Result<Option<String>, ErrorObject> {
-    let Some(answer) = call.response(key) else {
-        return Ok(None);
-    };
-    let text = match answer.get("content") {
-        Some(Value::Array(blocks)) => blocks.iter().find_map(text_of),
-        Some(block) => text_of(block),
-        None => None,
-    };
-    text.map(|t| Some(t.to_owned()))
-        .ok_or_else(|| invalid_answer(key, "a sampling result needs a text `content` block"))
-}
-
-/// The text of a `{type: "text", text}` content block.
-fn text_of(block: &Value) -> Option<&str> {
-    if block.get("type").and_then(Value::as_str) != Some("text") {
-        return None;
-    }
-    block.get("text").and_then(Value::as_str)
-}
-
-/// The root URIs of a `ListRootsResult` under `key`.
-fn listed_roots(call: &ToolCall, key: &str) -> Result<Option<Vec<String>>, ErrorObject> {
-    let Some(answer) = call.response(key) else {
-        return Ok(None);
-    };
-    let roots = answer
-        .get("roots")
-        .and_then(Value::as_array)
-        .ok_or_else(|| invalid_answer(key, "a roots/list result needs a `roots` array"))?;
-    roots
-        .iter()
-        .map(|r| {
-            r.get("uri")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .ok_or_else(|| invalid_answer(key, "every root needs a string `uri`"))
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
-}
-
 /// `"2 roots: file:///a, file:///b"`.
 fn describe_roots(roots: &[String]) -> String {
     match roots.len() {
@@ -998,15 +853,6 @@ fn str_field(content: &Map<String, Value>, field: &str) -> String {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned()
-}
-
-/// `-32602` for a malformed answer under a key the fixture asked for.
-fn invalid_answer(key: &str, why: &str) -> ErrorObject {
-    ErrorObject::new(
-        ErrorCode::INVALID_PARAMS,
-        format!("invalid inputResponses[\"{key}\"]: {why}"),
-    )
-    .with_data(json!({"inputKey": key}))
 }
 
 // ----- small helpers -------------------------------------------------------------
@@ -1031,14 +877,14 @@ async fn ask_in_task(
     loop {
         let key = minted_key(prefix);
         let answer = ctx.request_input(key.clone(), request.clone()).await?;
-        let reply = parse_elicit_answer(&key, &answer, request);
+        let reply = ElicitAnswer::parse(&key, &answer, request);
         if attempt > 1 && reply.is_ok() {
             ctx.clear_status_message();
         }
         match reply {
-            Ok(Reply::Accepted(content)) => return Ok(Ok(content)),
-            Ok(Reply::Refused(action)) => return Ok(Err(action)),
-            Ok(Reply::Missing) => unreachable!("an answer was delivered"),
+            Ok(ElicitAnswer::Accepted(content)) => return Ok(Ok(content)),
+            Ok(ElicitAnswer::Refused(action)) => return Ok(Err(action)),
+            Ok(ElicitAnswer::Missing) => unreachable!("an answer was delivered"),
             Err(e) if attempt >= IN_TASK_ATTEMPTS => return Err(e),
             Err(e) => {
                 tracing::info!(%key, error = %e, "malformed in-task answer; asking again");

@@ -8,6 +8,7 @@ mod auth;
 mod config;
 mod dispatch;
 pub mod http;
+mod input;
 mod legacy;
 mod mrtr;
 mod reply;
@@ -23,6 +24,7 @@ use std::sync::Arc;
 pub use auth::{Principal, TokenTable};
 pub use config::{ServerConfig, ServerLimits};
 pub use dispatch::{Incoming, LEGACY_VERSIONS, RequestHeaders};
+pub use input::{ElicitAnswer, list_roots, sampling};
 pub use reply::{Reply, status_for};
 pub use schema::{ArgumentError, check_arguments};
 pub use tool::{
