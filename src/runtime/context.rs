@@ -21,24 +21,6 @@ use crate::model::{ErrorCode, ErrorObject, JsonObject, TaskId, TaskOutcome};
 /// `isError: true`), or a JSON-RPC error that fails the task.
 pub type HandlerResult = Result<JsonObject, ErrorObject>;
 
-/// A tool's handler, registered with [`Runtime::register`](super::Runtime::register).
-///
-/// Implemented for every `Fn(TaskContext, JsonObject) -> impl Future<Output = HandlerResult>`.
-pub trait ToolHandler: Send + Sync + 'static {
-    /// Runs the tool with its arguments as a task.
-    fn call(&self, ctx: TaskContext, args: JsonObject) -> BoxFuture<'static, HandlerResult>;
-}
-
-impl<F, Fut> ToolHandler for F
-where
-    F: Fn(TaskContext, JsonObject) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = HandlerResult> + Send + 'static,
-{
-    fn call(&self, ctx: TaskContext, args: JsonObject) -> BoxFuture<'static, HandlerResult> {
-        Box::pin(self(ctx, args))
-    }
-}
-
 /// The outcome of a terminal task record, `None` while it is active.
 pub(crate) fn outcome_of(rec: &TaskRecord) -> Option<TaskOutcome> {
     match rec.phase() {

@@ -11,8 +11,6 @@ use crate::model::{ErrorCode, ErrorObject, TaskId};
 pub enum RuntimeError {
     /// The lifecycle does not allow the command.
     Transition(TransitionError),
-    /// No handler is registered under this tool name.
-    UnknownTool(String),
     /// `after` named a task that is not an earlier sibling of the new subtask.
     InvalidDependency {
         /// The offending dependency.
@@ -35,7 +33,7 @@ impl RuntimeError {
     pub fn error_code(&self) -> ErrorCode {
         match self {
             RuntimeError::Transition(e) => e.error_code(),
-            RuntimeError::UnknownTool(_) | RuntimeError::TooManyLiveTasks { .. } => ErrorCode::INVALID_PARAMS,
+            RuntimeError::TooManyLiveTasks { .. } => ErrorCode::INVALID_PARAMS,
             RuntimeError::InvalidDependency { .. } | RuntimeError::DependencyCycle { .. } => {
                 ErrorCode::INTERNAL_ERROR
             }
@@ -52,7 +50,6 @@ impl fmt::Display for RuntimeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RuntimeError::Transition(e) => e.fmt(f),
-            RuntimeError::UnknownTool(name) => write!(f, "unknown tool {name:?}"),
             RuntimeError::TooManyLiveTasks { max } => {
                 write!(
                     f,

@@ -2,15 +2,14 @@
 //! queue, the tool registry and the clock.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::config::RuntimeConfig;
-use super::context::ToolHandler;
 use super::scheduler::Scheduler;
 use super::tree::TreeCell;
 use crate::core::IdMap;
@@ -85,7 +84,6 @@ pub(crate) struct Inner {
     /// `config.forest`, shared by every tree's forest.
     pub(crate) forest_config: Arc<crate::core::ForestConfig>,
     index: Box<[Mutex<IdMap<Arc<TreeCell>>>]>,
-    pub(crate) tools: RwLock<HashMap<String, Arc<dyn ToolHandler>>>,
     pub(crate) sched: Scheduler,
     pub(crate) timers: TimerQueue,
     pub(crate) clock: Clock,
@@ -99,7 +97,6 @@ impl Inner {
             config,
             forest_config: Arc::new(config.forest),
             index: (0..INDEX_SHARDS).map(|_| Mutex::new(IdMap::default())).collect(),
-            tools: RwLock::new(HashMap::new()),
             sched: Scheduler::new(config.max_running, config.max_running_per_tree),
             timers: TimerQueue {
                 heap: Mutex::new(BinaryHeap::new()),

@@ -50,14 +50,12 @@ use futures::Stream;
 /// How a task ended (the one outcome type, defined in [`model`](crate::model)).
 pub use crate::model::TaskOutcome;
 pub use config::RuntimeConfig;
-pub use context::{
-    DependencyOutcome, HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError, ToolHandler,
-};
+pub use context::{DependencyOutcome, HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError};
 pub use error::{Interrupted, RuntimeError};
 pub use plan::SubtaskPlan;
 
 use crate::core::{CancelOutcome, ClientView, Forest, ResultCursor, RootOptions};
-use crate::model::{DetailedTask, InputResponses, JsonObject, TaskId};
+use crate::model::{DetailedTask, InputResponses, TaskId};
 use crate::store::{StoreError, TaskStore, Ticket, TreeMeta};
 use inner::Inner;
 pub use recovery::{Launch, RecoveryReport};
@@ -171,54 +169,6 @@ impl Runtime {
     /// The configuration.
     pub fn config(&self) -> &RuntimeConfig {
         &self.inner.config
-    }
-
-    /// Registers a tool handler under `name` (replacing any earlier one).
-    pub fn register(&self, name: impl Into<String>, handler: impl ToolHandler) {
-        self.inner.tools.write().insert(name.into(), Arc::new(handler));
-    }
-
-    /// Whether a tool is registered.
-    pub fn has_tool(&self, name: &str) -> bool {
-        self.inner.tools.read().contains_key(name)
-    }
-
-    /// Starts the registered tool `name` as a root task. The task is
-    /// retrievable when this returns.
-    ///
-    /// # Errors
-    ///
-    /// `UnknownTool`.
-    pub fn start_tool(
-        &self,
-        name: &str,
-        args: JsonObject,
-        opts: RootOptions,
-    ) -> Result<TaskId, RuntimeError> {
-        self.start_tool_owned(None, name, args, opts)
-    }
-
-    /// Starts the registered tool `name` as a root task owned by `owner`
-    /// (counted against its live-task limit, reported by [`Runtime::owner_of`]).
-    ///
-    /// # Errors
-    ///
-    /// `UnknownTool`; `TooManyLiveTasks`.
-    pub fn start_tool_owned(
-        &self,
-        owner: Option<Arc<Owner>>,
-        name: &str,
-        args: JsonObject,
-        opts: RootOptions,
-    ) -> Result<TaskId, RuntimeError> {
-        let handler = self
-            .inner
-            .tools
-            .read()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| RuntimeError::UnknownTool(name.into()))?;
-        self.start_root(owner, opts, Box::new(move |ctx| handler.call(ctx, args)))
     }
 
     /// Starts `f` as a root task. The task is retrievable when this returns.
