@@ -249,7 +249,7 @@ impl Written {
                 }
                 // As `absorb`: the writes the library derives from effects.
                 e => {
-                    if let Some(op) = WriteOp::for_effect(forest, e) {
+                    if let Some(op) = subtask::runtime::persist::write_for_effect(forest, e) {
                         slot(op.root(), op, false);
                     }
                 }

@@ -120,7 +120,7 @@ impl<'a> Writer<'a> {
                     }),
                     true,
                 ),
-                e => match WriteOp::for_effect(&self.forest, &e) {
+                e => match subtask::runtime::persist::write_for_effect(&self.forest, &e) {
                     Some(op) => (op.root(), op, false),
                     None => continue,
                 },

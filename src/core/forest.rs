@@ -11,8 +11,7 @@
 //! validate before they mutate, so a rejected command changes nothing.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use super::config::ForestConfig;
@@ -21,28 +20,6 @@ use super::error::{Limit, TransitionError};
 use super::record::{Active, Child, HandlerState, PauseState, Phase, TaskRecord, Terminal};
 use super::table::{Slot, TaskTable};
 use crate::model::{DetailedTask, Task, TaskId, TaskPayload, TaskStatus, Timestamp};
-
-/// Hasher for [`TaskId`] keys. Ids are random, so mixing two words with a
-/// multiply is enough; attackers cannot choose ids that exist.
-#[derive(Default, Clone, Copy)]
-pub struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = self.0.rotate_left(29) ^ n;
-    }
-}
-
-/// A `HashMap` keyed by task id with [`IdHasher`].
-pub type IdMap<V> = HashMap<TaskId, V, BuildHasherDefault<IdHasher>>;
 
 /// A timer in the ordered deadline structure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -23,10 +23,11 @@ mod table;
 #[cfg(test)]
 mod tests;
 
+pub use crate::model::{IdHasher, IdMap};
 pub use config::{ForestConfig, Limits};
 pub use effect::Effect;
 pub use error::{Limit, TransitionError};
-pub use forest::{ChildOptions, ClientView, Forest, IdHasher, IdMap, RootOptions};
+pub use forest::{ChildOptions, ClientView, Forest, RootOptions};
 pub use invariants::InvariantViolation;
 pub use lifecycle::{CancelOutcome, PauseOutcome, SafePoint, expired_error};
 pub use order::ResultCursor;

@@ -12,9 +12,10 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::config::ForestConfig;
-use super::forest::{Forest, IdMap};
+use super::forest::Forest;
 use super::record::{Child, Ending, HandlerOutcome, HandlerState, InputBook, PauseState, Phase, TaskRecord};
 use super::table::{Slot, TaskTable};
+use crate::model::IdMap;
 use crate::model::{ErrorCode, ErrorObject, TaskId, Timestamp};
 
 /// Version of the state encoding written by [`encode_state`].

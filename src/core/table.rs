@@ -6,8 +6,8 @@
 //! hash an id: cancelling a 100,000-task subtree touches the records in
 //! creation order instead of probing a hash table 100,000 times.
 
-use super::forest::IdMap;
 use super::record::TaskRecord;
+use crate::model::IdMap;
 use crate::model::TaskId;
 
 /// A task's place in its forest: its index in creation order. A forest

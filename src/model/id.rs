@@ -5,7 +5,9 @@
 //! derived from time or counters, so a task id can double as a bearer handle
 //! (tasks extension, "Task ID unguessability").
 
+use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -184,3 +186,25 @@ mod tests {
         assert!(serde_json::from_str::<TaskId>("42").is_err());
     }
 }
+
+/// Hasher for [`TaskId`] keys. Ids are random, so mixing two words with a
+/// multiply is enough; attackers cannot choose ids that exist.
+#[derive(Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = self.0.rotate_left(29) ^ n;
+    }
+}
+
+/// A `HashMap` keyed by task id with [`IdHasher`].
+pub type IdMap<V> = HashMap<TaskId, V, BuildHasherDefault<IdHasher>>;

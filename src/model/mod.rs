@@ -23,7 +23,7 @@ mod time;
 
 pub use capabilities::{ClientCapabilities, ExtensionCapabilities, ServerCapabilities, TasksCapability};
 pub use error::{ErrorCode, ErrorObject};
-pub use id::{ParseTaskIdError, TaskId};
+pub use id::{IdHasher, IdMap, ParseTaskIdError, TaskId};
 pub use json::JsonObject;
 #[cfg(feature = "demo")]
 pub(crate) use json::kind as json_kind;

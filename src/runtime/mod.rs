@@ -36,6 +36,7 @@ mod config;
 mod context;
 mod error;
 mod inner;
+pub mod persist;
 mod plan;
 mod recovery;
 mod scheduler;

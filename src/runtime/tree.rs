@@ -432,7 +432,7 @@ impl Inner {
         let persist = self.store.is_some();
         let stamp = st.forest.epoch();
         for effect in st.forest.take_effects() {
-            if persist && let Some(op) = WriteOp::for_effect(&st.forest, &effect) {
+            if persist && let Some(op) = super::persist::write_for_effect(&st.forest, &effect) {
                 ops.push(op);
             }
             match effect {

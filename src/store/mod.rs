@@ -87,23 +87,9 @@ pub struct StoredTask {
     /// The version of the tree's batch that wrote this record last (set
     /// by the store from [`WriteBatch::version`] when it writes the record).
     pub version: u64,
-    /// Everything else, as written by [`crate::core::encode_state`].
+    /// Everything else, as the runtime encoded it (`core::encode_state`;
+    /// opaque to the store).
     pub state: String,
-}
-
-impl StoredTask {
-    /// The stored form of a task record as it is now (version 0: the
-    /// writer sets the batch's version).
-    pub fn of(rec: &crate::core::TaskRecord) -> StoredTask {
-        StoredTask {
-            id: rec.id(),
-            root: rec.root(),
-            parent: rec.parent(),
-            position: rec.position(),
-            version: 0,
-            state: crate::core::encode_state(rec),
-        }
-    }
 }
 
 /// What a tree was started as, written once when its root is created.
@@ -141,21 +127,6 @@ pub enum WriteOp {
 }
 
 impl WriteOp {
-    /// The write an effect of `forest` asks for: `Changed` writes the
-    /// record as it is now (nothing when it is gone: its tree was deleted
-    /// later in the same command), `TreeDeleted` deletes the tree; other
-    /// effects write nothing. (`PutTree` carries what only the caller
-    /// knows: who started the tree and how.)
-    pub fn for_effect(forest: &crate::core::Forest, effect: &crate::core::Effect) -> Option<WriteOp> {
-        match effect {
-            crate::core::Effect::Changed { slot, .. } => {
-                forest.task_at(*slot).map(|r| WriteOp::PutTask(StoredTask::of(r)))
-            }
-            crate::core::Effect::TreeDeleted { root, .. } => Some(WriteOp::DeleteTree(*root)),
-            _ => None,
-        }
-    }
-
     /// The tree this write belongs to.
     pub fn root(&self) -> TaskId {
         match self {

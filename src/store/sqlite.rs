@@ -35,7 +35,7 @@ use super::{
     Durability, StoreError, StoredTask, StoredTree, TaskStore, Ticket, TreeMeta, Watermark, WriteBatch,
     WriteOp,
 };
-use crate::core::IdMap;
+use crate::model::IdMap;
 use crate::model::TaskId;
 
 /// `PRAGMA application_id` of a subtask database ("sbtk").
