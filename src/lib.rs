@@ -24,8 +24,7 @@
 //! # Quickstart
 //!
 //! ```
-//! use subtask::core::{ClientView, RootOptions};
-//! use subtask::model::{JsonObject, TaskStatus};
+//! use subtask::model::{ClientView, JsonObject, RootOptions, TaskStatus};
 //! use subtask::runtime::{Runtime, RuntimeConfig, SubtaskOptions};
 //!
 //! # #[tokio::main(flavor = "current_thread")]

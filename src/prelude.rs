@@ -21,8 +21,9 @@
 //! # }
 //! ```
 
-pub use crate::core::{ClientView, RootOptions};
-pub use crate::model::{DetailedTask, ErrorCode, ErrorObject, JsonObject, TaskId, TaskStatus};
+pub use crate::model::{
+    ClientView, DetailedTask, ErrorCode, ErrorObject, JsonObject, RootOptions, TaskId, TaskStatus,
+};
 pub use crate::runtime::{
     HandlerResult, Runtime, RuntimeConfig, SubtaskHandle, SubtaskOptions, SubtaskPlan, TaskContext,
     TaskError, TaskOutcome,

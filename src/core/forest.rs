@@ -19,7 +19,7 @@ use super::effect::Effect;
 use super::error::{Limit, TransitionError};
 use super::record::{Active, Child, HandlerState, PauseState, Phase, TaskRecord, Terminal};
 use super::table::{Slot, TaskTable};
-use crate::model::{DetailedTask, Task, TaskId, TaskPayload, TaskStatus, Timestamp};
+use crate::model::{ClientView, DetailedTask, RootOptions, Task, TaskId, TaskPayload, TaskStatus, Timestamp};
 
 /// A timer in the ordered deadline structure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -31,31 +31,6 @@ pub(crate) enum Timer {
     Expire(u32, Slot),
     /// Delete the tree rooted here.
     Delete(Slot),
-}
-
-/// How a client sees tasks: whether it declared SEP-2669's `pause`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ClientView {
-    /// `true` when the client understands the `paused` status. Otherwise a
-    /// paused task is shown as `working` with a status message saying it is
-    /// paused.
-    pub show_paused: bool,
-}
-
-impl ClientView {
-    /// A client that declared the `pause` sub-capability.
-    pub const PAUSE_AWARE: ClientView = ClientView { show_paused: true };
-    /// A base-extension client.
-    pub const BASE: ClientView = ClientView { show_paused: false };
-}
-
-/// Options of a new root task.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RootOptions {
-    /// TTL in milliseconds from creation; `None` is unlimited.
-    pub ttl_ms: Option<u64>,
-    /// Suggested polling interval.
-    pub poll_interval_ms: Option<u64>,
 }
 
 /// Options of a new subtask.

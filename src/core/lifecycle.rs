@@ -12,7 +12,9 @@ use super::error::{Limit, TransitionError};
 use super::forest::{Forest, Timer};
 use super::record::{Ending, HandlerOutcome, HandlerState, PauseState, Phase, Terminal};
 use super::table::Slot;
-use crate::model::{ErrorCode, ErrorObject, InputResponses, JsonObject, TaskId, TaskStatus, Timestamp};
+use crate::model::{
+    CancelOutcome, ErrorCode, ErrorObject, InputResponses, JsonObject, TaskId, TaskStatus, Timestamp,
+};
 
 /// What a handler should do at a safe point ([`Forest::reach_safe_point`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,18 +41,6 @@ pub enum PauseOutcome {
     Pending,
     /// The task is winding down (cancel or failure) and will not pause.
     Unchanged,
-}
-
-/// What `tasks/cancel` achieved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[must_use]
-pub enum CancelOutcome {
-    /// The cancel was accepted and propagated to every live descendant.
-    Accepted,
-    /// A cancel or failure was already under way.
-    AlreadyEnding,
-    /// The task was already terminal; nothing changed.
-    AlreadyTerminal,
 }
 
 /// The error a task carries when its TTL elapsed before it finished.

@@ -23,13 +23,15 @@ mod table;
 #[cfg(test)]
 mod tests;
 
+/// Re-exported from [`model`](crate::model), where the runtime's API names them.
+pub use crate::model::{CancelOutcome, ClientView, RootOptions};
 pub use crate::model::{IdHasher, IdMap};
 pub use config::{ForestConfig, Limits};
 pub use effect::Effect;
 pub use error::{Limit, TransitionError};
-pub use forest::{ChildOptions, ClientView, Forest, RootOptions};
+pub use forest::{ChildOptions, Forest};
 pub use invariants::InvariantViolation;
-pub use lifecycle::{CancelOutcome, PauseOutcome, SafePoint, expired_error};
+pub use lifecycle::{PauseOutcome, SafePoint, expired_error};
 pub use order::ResultCursor;
 pub use persist::{Recovery, RestoreError, STATE_FORMAT, decode_state, encode_state, restart_error};
 pub use record::{

@@ -14,6 +14,7 @@ mod legacy;
 mod meta;
 mod methods;
 mod notifications;
+mod options;
 mod outcome;
 mod requests;
 mod results;
@@ -42,6 +43,7 @@ pub use methods::{
     TOOLS_CALL, TOOLS_LIST, TaskMethod,
 };
 pub use notifications::{SubscriptionsAcknowledgedParams, TaskStatusNotificationParams};
+pub use options::{CancelOutcome, ClientView, RootOptions};
 pub use outcome::TaskOutcome;
 pub use requests::{
     CancelTaskParams, GetTaskParams, NotificationFilter, PauseTaskParams, RequestParams, ResumeTaskParams,

@@ -808,7 +808,7 @@ impl SubtaskHandle {
     /// # Errors
     ///
     /// Never for a live handle; kept for symmetry with `Runtime::cancel`.
-    pub fn cancel(&self) -> Result<crate::core::CancelOutcome, RuntimeError> {
+    pub fn cancel(&self) -> Result<crate::model::CancelOutcome, RuntimeError> {
         let id = self.id;
         Ok(self.ctx.with(|st, now, _| st.forest.cancel(now, id))?)
     }

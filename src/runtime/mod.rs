@@ -55,7 +55,10 @@ pub use context::{DependencyOutcome, HandlerResult, SubtaskHandle, SubtaskOption
 pub use error::{Interrupted, RuntimeError};
 pub use plan::SubtaskPlan;
 
-use crate::core::{CancelOutcome, ClientView, Forest, ResultCursor, RootOptions};
+use crate::core::{Forest, ResultCursor};
+/// The forest's limits and deletion grace, set in [`RuntimeConfig::forest`].
+pub use crate::core::{ForestConfig, Limits};
+use crate::model::{CancelOutcome, ClientView, RootOptions};
 use crate::model::{DetailedTask, InputResponses, TaskId};
 use crate::store::{StoreError, TaskStore, Ticket, TreeMeta};
 use inner::Inner;
