@@ -3,22 +3,27 @@
 //! `cargo run --example hello`, then call `greet_all` with any MCP client
 //! (e.g. `subtask call greet_all '{"names": ["Ada", "Alan"]}' --stream`):
 //! each name is greeted by its own subtask, and the root answers last.
-use serde_json::json;
 use subtask::prelude::*;
 
+/// The arguments of `greet_all`; its input schema is derived from them.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct GreetAll {
+    /// Who to greet, one subtask each.
+    names: Vec<String>,
+}
+
 fn server() -> Server {
-    let schema = json!({"type": "object", "required": ["names"],
-        "properties": {"names": {"type": "array", "items": {"type": "string"}, "maxItems": 100}}});
-    let spec = ToolSpec::new(
+    let spec = ToolSpec::typed::<GreetAll>(
         "greet_all",
         "Greets each name in a subtask.",
-        schema,
         TaskSupport::Optional,
     );
     Server::builder(Runtime::new(RuntimeConfig::default()), ServerConfig::default())
         .tool(spec, |call: ToolCall| async move {
-            let names: Vec<String> =
-                serde_json::from_value(call.arguments["names"].clone()).unwrap_or_default();
+            let GreetAll { names } = match call.args() {
+                Ok(args) => args,
+                Err(tool_error) => return tool_error,
+            };
             ToolOutcome::task(move |ctx| async move {
                 let mut greetings = Vec::new();
                 for name in names {
@@ -48,6 +53,7 @@ async fn main() -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use futures::StreamExt;
+    use serde_json::json;
 
     use super::*;
 

@@ -27,6 +27,10 @@ pub use dispatch::{Incoming, LEGACY_VERSIONS, RequestHeaders};
 pub use input::{ElicitAnswer, list_roots, sampling};
 pub use reply::{Reply, status_for};
 pub use schema::{ArgumentError, check_arguments};
+/// The `schemars` this crate derives tool schemas with ([`ToolSpec::typed`]),
+/// for `#[derive(JsonSchema)]` without a dependency of your own: add
+/// `#[schemars(crate = "subtask::server::schemars")]` to the type.
+pub use schemars;
 pub use tool::{
     PromptSpec, RegisteredPrompt, RegisteredTool, TaskBody, TaskSupport, Tool, ToolCall, ToolOutcome,
     ToolSpec, elicitation, error_result, text_result,

@@ -71,6 +71,42 @@ impl ToolSpec {
         }
     }
 
+    /// A spec whose input schema is derived from the arguments type `A`
+    /// (`#[derive(serde::Deserialize, schemars::JsonSchema)]`), so the
+    /// schema clients see, the server's argument check and the tool's
+    /// [`ToolCall::args`] agree by construction.
+    ///
+    /// # Panics
+    ///
+    /// If `A`'s schema is not an object schema (a programming error).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use subtask::server::{TaskSupport, ToolSpec};
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Greet {
+    ///     /// Who to greet.
+    ///     names: Vec<String>,
+    /// }
+    /// let spec = ToolSpec::typed::<Greet>("greet_all", "Greets each name.", TaskSupport::Optional);
+    /// assert_eq!(spec.input_schema["type"], "object");
+    /// assert_eq!(spec.input_schema["required"], serde_json::json!(["names"]));
+    /// ```
+    pub fn typed<A: schemars::JsonSchema>(name: &str, description: &str, task_support: TaskSupport) -> Self {
+        let mut schema = serde_json::to_value(schemars::schema_for!(A)).expect("a JSON Schema serializes");
+        if let Value::Object(map) = &mut schema {
+            // Tool schemas name no meta-schema and no Rust type.
+            map.remove("$schema");
+            map.remove("title");
+        }
+        assert_eq!(
+            schema["type"], "object",
+            "a tool's arguments type must be a struct (an object schema)"
+        );
+        ToolSpec::new(name, description, schema, task_support)
+    }
+
     /// Checks call arguments against [`ToolSpec::input_schema`]. The server
     /// does this before every call and answers a violation with an
     /// `isError` result naming the argument, so the tool itself sees only
@@ -123,6 +159,18 @@ impl ToolCall {
     /// A number argument (integers included).
     pub fn f64_arg(&self, key: &str) -> Option<f64> {
         self.arguments.get(key).and_then(Value::as_f64)
+    }
+
+    /// The arguments as `A` (the type a [`ToolSpec::typed`] spec was
+    /// derived from; the server has already checked them against its schema).
+    ///
+    /// # Errors
+    ///
+    /// A tool error (`isError` result) saying what did not fit, ready to
+    /// return: `let args: Greet = match call.args() { Ok(a) => a, Err(e) => return e };`.
+    pub fn args<A: serde::de::DeserializeOwned>(&self) -> Result<A, ToolOutcome> {
+        serde_json::from_value(Value::Object(self.arguments.as_map().clone()))
+            .map_err(|e| ToolOutcome::tool_error(format!("invalid arguments: {e}")))
     }
 
     /// The answer to input request `key` from the previous round.
@@ -312,4 +360,61 @@ pub fn elicitation(message: &str, properties: Value, required: &[&str]) -> JsonO
         },
     }))
     .expect("a literal object")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[derive(Debug, serde::Deserialize, schemars::JsonSchema, PartialEq)]
+    struct Args {
+        /// Names.
+        names: Vec<String>,
+        /// At most 10 times.
+        #[schemars(range(max = 10))]
+        times: Option<u32>,
+    }
+
+    fn call(args: Value) -> ToolCall {
+        ToolCall {
+            name: "t".into(),
+            arguments: JsonObject::from_value(args).unwrap(),
+            input_responses: None,
+            request_state: None,
+            client_capabilities: ClientCapabilities::default(),
+            tasks: None,
+        }
+    }
+
+    #[test]
+    fn a_typed_spec_checks_what_args_reads() {
+        let spec = ToolSpec::typed::<Args>("t", "d", TaskSupport::Optional);
+        assert!(spec.input_schema.get("$schema").is_none());
+        let good = call(json!({"names": ["a"], "times": 2}));
+        assert!(spec.check_arguments(&good.arguments).is_ok());
+        assert_eq!(
+            good.args::<Args>().unwrap(),
+            Args {
+                names: vec!["a".into()],
+                times: Some(2)
+            }
+        );
+        // The schema refuses what the type cannot read, before the tool runs.
+        for bad in [
+            json!({"names": "a"}),
+            json!({"names": [], "times": 11}),
+            json!({"times": 1}),
+        ] {
+            assert!(
+                spec.check_arguments(&call(bad.clone()).arguments).is_err(),
+                "{bad}"
+            );
+        }
+        // args() alone also answers a tool error when the type does not fit.
+        match call(json!({"names": 3})).args::<Args>() {
+            Err(ToolOutcome::Complete(r)) => assert_eq!(r["isError"], true),
+            other => panic!("{other:?}"),
+        }
+    }
 }
