@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 
 use super::{ClientLimits, Violation};
 use crate::model::{
-    DetailedTask, InputRequests, JsonObject, Task, TaskId, TaskOutcome, TaskPayload, TaskStatus,
+    DetailedTask, InputRequests, Task, TaskId, TaskOutcome, TaskPayload, TaskStatus, complete_result,
 };
 
 /// The outcome of a followed task's terminal payload (`None` while it is
@@ -36,14 +36,7 @@ use crate::model::{
 /// added when a server left it out of a task's inlined result.
 pub(crate) fn outcome_of(payload: &TaskPayload) -> Option<TaskOutcome> {
     match TaskOutcome::of_payload(payload)? {
-        TaskOutcome::Completed(mut result) => {
-            if !result.as_map().contains_key("resultType") {
-                let mut map = result.as_map().clone();
-                map.insert("resultType".to_owned(), Value::from("complete"));
-                result = JsonObject::from_map(map);
-            }
-            Some(TaskOutcome::Completed(result))
-        }
+        TaskOutcome::Completed(result) => Some(TaskOutcome::Completed(complete_result(result))),
         other => Some(other),
     }
 }
@@ -436,7 +429,7 @@ impl TaskTree {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Timestamp;
+    use crate::model::{JsonObject, Timestamp};
 
     fn id(n: u128) -> TaskId {
         TaskId::from_u128(0x4000_0000_0000_4000_8000_0000_0000_0000 | n)

@@ -44,7 +44,7 @@ pub use methods::{
 };
 pub use notifications::{SubscriptionsAcknowledgedParams, TaskStatusNotificationParams};
 pub use options::{CancelOutcome, ClientView, RootOptions};
-pub use outcome::TaskOutcome;
+pub use outcome::{TaskOutcome, complete_result};
 pub use requests::{
     CancelTaskParams, GetTaskParams, NotificationFilter, PauseTaskParams, RequestParams, ResumeTaskParams,
     SteerTaskParams, SubscriptionsListenParams, TaskIdParams, UpdateTaskParams,

@@ -63,3 +63,23 @@ impl TaskOutcome {
         }
     }
 }
+
+/// `result` as a complete 2026-07-28 result: with `resultType: "complete"`
+/// added when it is missing (tool handlers, subtasks included, return the
+/// bare `CallToolResult`). Returned as is, without a copy, when present.
+///
+/// # Examples
+///
+/// ```
+/// use subtask::model::{JsonObject, complete_result};
+/// let r = complete_result(JsonObject::new());
+/// assert_eq!(r["resultType"], "complete");
+/// ```
+pub fn complete_result(result: JsonObject) -> JsonObject {
+    if result.as_map().contains_key("resultType") {
+        return result;
+    }
+    let mut map = result.as_map().clone();
+    map.insert("resultType".to_owned(), serde_json::Value::from("complete"));
+    JsonObject::from_map(map)
+}

@@ -260,11 +260,6 @@ impl Owner {
             .collect()
     }
 
-    /// Trees in the owner's list.
-    pub fn tree_count(&self) -> usize {
-        self.trees.lock().by_position.len()
-    }
-
     /// The principal's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -12,7 +12,7 @@ use super::dispatch::RequestCtx;
 use super::reply::{Reply, invalid, result_reply, runtime_error, store_error};
 use crate::model::{
     DetailedTask, ErrorCode, ErrorObject, GetTaskResult, InputResponses, JsonObject, JsonRpcRequest,
-    SteerTaskParams, TaskId, TaskIdParams, TaskPayload,
+    SteerTaskParams, TaskId, TaskIdParams, TaskPayload, complete_result,
 };
 use crate::runtime::Owner;
 
@@ -124,13 +124,9 @@ fn task_result(task: DetailedTask) -> Value {
 pub(crate) fn modern_view(task: DetailedTask) -> DetailedTask {
     let (task, payload) = task.into_parts();
     let payload = match payload {
-        TaskPayload::Completed { result } if !result.as_map().contains_key("resultType") => {
-            let mut map = result.as_map().clone();
-            map.insert("resultType".to_owned(), json!("complete"));
-            TaskPayload::Completed {
-                result: JsonObject::from_map(map),
-            }
-        }
+        TaskPayload::Completed { result } => TaskPayload::Completed {
+            result: complete_result(result),
+        },
         other => other,
     };
     DetailedTask::new(task, payload)

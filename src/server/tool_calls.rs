@@ -146,13 +146,7 @@ impl Server {
             ToolOutcome::InputRequired {
                 input_requests,
                 state,
-            } => {
-                let mut result = json!({"resultType": "input_required", "inputRequests": input_requests});
-                if let Some(state) = state {
-                    result["requestState"] = Value::String(self.inner.state_key.seal(name, &state));
-                }
-                return Ok(result_reply(&ctx.id, result));
-            }
+            } => return Ok(self.input_required_reply(ctx, name, input_requests, state)),
             // A task-augmented legacy call must be answered with a task: a
             // result the tool gave at once becomes a task that completes with it.
             ToolOutcome::Complete(result) if matches!(mode, CallMode::LegacyTask { .. }) => {
@@ -224,6 +218,22 @@ impl Server {
         Ok(result_reply(&ctx.id, complete(result, legacy)))
     }
 
+    /// An MRTR round (`InputRequiredResult`) of tool or prompt `name`, its
+    /// state sealed to that name.
+    fn input_required_reply(
+        &self,
+        ctx: &RequestCtx,
+        name: &str,
+        input_requests: crate::model::InputRequests,
+        state: Option<Value>,
+    ) -> Reply {
+        let mut result = json!({"resultType": "input_required", "inputRequests": input_requests});
+        if let Some(state) = state {
+            result["requestState"] = Value::String(self.inner.state_key.seal(name, &state));
+        }
+        result_reply(&ctx.id, result)
+    }
+
     /// Starts the root task of a `tools/call`, owned by the caller, with
     /// what a durable store needs to run it again.
     fn start_task(
@@ -269,13 +279,7 @@ impl Server {
             ToolOutcome::InputRequired {
                 input_requests,
                 state,
-            } => {
-                let mut result = json!({"resultType": "input_required", "inputRequests": input_requests});
-                if let Some(state) = state {
-                    result["requestState"] = Value::String(self.inner.state_key.seal(name, &state));
-                }
-                Ok(result_reply(&ctx.id, result))
-            }
+            } => Ok(self.input_required_reply(ctx, name, input_requests, state)),
             ToolOutcome::Task { .. } => Err(ErrorObject::new(
                 ErrorCode::INTERNAL_ERROR,
                 "a prompt cannot become a task",
@@ -301,11 +305,11 @@ pub(crate) enum CallMode {
 }
 
 pub(crate) fn complete(result: JsonObject, legacy: bool) -> Value {
-    let mut v = result.to_value();
-    if !legacy {
-        v["resultType"] = json!("complete");
+    if legacy {
+        result.to_value()
+    } else {
+        crate::model::complete_result(result).to_value()
     }
-    v
 }
 
 /// The seed state of a new task: as created (`working`, no payload), even if
