@@ -152,13 +152,7 @@ async fn start(config: ServerConfig, runtime_config: RuntimeConfig) -> Harness {
             },
         )
         .build();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(subtask::server::http::serve(
-        server,
-        listener,
-        std::future::pending(),
-    ));
+    let addr = support::http::serve(server).await;
     Harness { addr, release }
 }
 

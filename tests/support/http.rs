@@ -32,6 +32,21 @@ impl HttpResponse {
     }
 }
 
+/// Serves `server` over Streamable HTTP on a free loopback port until the
+/// test ends; returns the address.
+pub async fn serve(server: subtask::server::Server) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("a bound address");
+    tokio::spawn(subtask::server::http::serve(
+        server,
+        listener,
+        std::future::pending(),
+    ));
+    addr
+}
+
 /// Sends raw `headers` and `body` to `POST path` (or another method).
 pub async fn raw(addr: SocketAddr, method: &str, headers: &[(&str, String)], body: &[u8]) -> HttpResponse {
     let mut stream = TcpStream::connect(addr).await.expect("connect");
