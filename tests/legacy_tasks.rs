@@ -42,8 +42,7 @@ async fn start(config: ServerConfig) -> SocketAddr {
             |_call: ToolCall| async move { ToolOutcome::Complete(text_result("now")) },
         )
         .build();
-    let addr = support::http::serve(server).await;
-    addr
+    support::http::serve(server).await
 }
 
 /// A 2025-11-25 client: no `_meta`, the version header, an optional token.
