@@ -22,7 +22,7 @@ cargo clippy --all-targets --all-features -- -D warnings
 echo "== cargo test"
 cargo test --all-features
 
-echo "== feature combinations: runtime only, server without sqlite, client only"
+echo "== feature combinations: runtime only, server without sqlite, client only, rmcp adapter"
 # A runtime-only user builds none of the server, client, store or CLI stacks.
 runtime_deps="$(cargo tree --no-default-features -e normal --prefix none | awk '{print $1}' | sort -u)"
 for heavy in axum reqwest rusqlite clap petgraph terminal_size tracing-subscriber; do
@@ -34,6 +34,8 @@ done
 cargo clippy --no-default-features --all-targets -- -D warnings
 cargo clippy --no-default-features --features server --all-targets -- -D warnings
 cargo clippy --no-default-features --features client --all-targets -- -D warnings
+# The rmcp adapter on its own (no SQLite, no client): the library builds.
+cargo clippy --no-default-features --features rmcp --lib -- -D warnings
 # Runtime only: unit, property and runtime tests and the lib.rs quickstart doctest.
 cargo test --no-default-features
 # The server without SQLite: its unit tests and doctests.

@@ -12,6 +12,8 @@
 //!   commit with the `sqlite` feature).
 //! * `server` (feature `server`): the MCP endpoint (Streamable HTTP and stdio).
 //! * `demo` (feature `demo`): the demo tools of `subtask serve`.
+//! * `rmcp` (feature `rmcp`): subtask's tools and tasks inside an rmcp
+//!   server ([`WithSubtasks`](crate::rmcp::WithSubtasks) wraps its handler).
 //! * `client` (feature `client`): the client library behind the `subtask`
 //!   command line: transparent polling, ordered partial results, steering,
 //!   trust checks.
@@ -56,6 +58,8 @@ pub mod core;
 pub mod demo;
 pub mod model;
 pub mod prelude;
+#[cfg(feature = "rmcp")]
+pub mod rmcp;
 pub mod runtime;
 #[cfg(feature = "server")]
 pub mod server;

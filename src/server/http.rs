@@ -92,7 +92,7 @@ fn json_response(status: u16, body: String) -> Response {
     resp
 }
 
-fn error_response(status: StatusCode, code: ErrorCode, message: &str) -> Response {
+pub(crate) fn error_response(status: StatusCode, code: ErrorCode, message: &str) -> Response {
     let body = serde_json::to_string(&JsonRpcError::new(None, ErrorObject::new(code, message)))
         .expect("error responses serialize");
     json_response(status.as_u16(), body)
@@ -130,6 +130,13 @@ fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
 
 fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
     headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+}
+
+/// Answers one request to the endpoint, as [`router`] does (the rmcp
+/// adapter's front uses it for the requests it routes here).
+#[cfg(feature = "rmcp")]
+pub(crate) async fn answer(server: Server, shutdown: watch::Receiver<bool>, req: Request) -> Response {
+    endpoint(State(AppState { server, shutdown }), req).await
 }
 
 async fn endpoint(State(state): State<AppState>, req: Request) -> Response {
