@@ -2,8 +2,8 @@
 //! fans out into subtasks, with ordered results, steer, pause and (with
 //! `--db PATH`) durability across restarts.
 //!
-//! `cargo run --features rmcp,sqlite --example rmcp_server -- [--db PATH]`,
-//! then `subtask call research '{"topics": ["tides", "lichens"]}' --stream`,
+//! `cargo run --features rmcp,sqlite,client --example rmcp_server -- [--db PATH]`,
+//! then `subtask call research '{"topics": ["tides", "lichens"]}' --stream --url http://127.0.0.1:8752/mcp`,
 //! or any 2026-07-28 client at `http://127.0.0.1:8752/mcp`.
 use std::sync::Arc;
 
@@ -72,23 +72,40 @@ pub fn subtasks(runtime: Runtime) -> Server {
                 Err(tool_error) => return tool_error,
             };
             ToolOutcome::task(move |ctx| async move {
+                let mut notes = Vec::new();
                 for topic in topics {
-                    ctx.spawn_subtask(SubtaskOptions::default(), move |ctx| async move {
-                        let mut steers = Vec::new();
-                        for _ in 0..steps {
-                            steers.extend(ctx.checkpoint().await?);
-                            tokio::time::sleep(std::time::Duration::from_millis(step_ms)).await;
-                        }
-                        Ok(text_result(match steers.is_empty() {
-                            true => format!("notes on {topic}"),
-                            false => format!("notes on {topic}, steered: {}", steers.join("; ")),
-                        }))
-                    })?;
+                    notes.push(
+                        ctx.spawn_subtask(SubtaskOptions::default(), move |ctx| async move {
+                            let mut steers = Vec::new();
+                            for _ in 0..steps {
+                                steers.extend(ctx.checkpoint().await?);
+                                tokio::time::sleep(std::time::Duration::from_millis(step_ms)).await;
+                            }
+                            Ok(text_result(match steers.is_empty() {
+                                true => format!("notes on {topic}"),
+                                false => format!("notes on {topic}, steered: {}", steers.join("; ")),
+                            }))
+                        })?,
+                    );
                 }
-                Ok(text_result("research done"))
+                // The root runs until its notes are in: after a restart
+                // (with --db) it runs again and researches afresh.
+                let (n, mut done) = (notes.len(), 0);
+                for note in notes {
+                    if let TaskOutcome::Completed(_) = note.await {
+                        done += 1;
+                    }
+                }
+                Ok(text_result(format!("research done ({done}/{n})")))
             })
         })
         .build()
+}
+
+/// The `/mcp` endpoint: subtask's in front for the tasks requests and
+/// subtask's tools (the tree on the wire), rmcp's service behind.
+pub fn app(server: Server) -> axum::Router {
+    subtask::rmcp::router(server.clone(), service(server))
 }
 
 /// The rmcp Streamable HTTP service: the author's handler wrapped.
@@ -117,9 +134,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "recovered {} trees; serving MCP at http://127.0.0.1:8752/mcp",
         report.trees
     );
-    let router = axum::Router::new().nest_service("/mcp", service(server));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:8752").await?;
-    axum::serve(listener, router).await?;
+    axum::serve(listener, app(server)).await?;
     Ok(())
 }
 
@@ -148,7 +164,7 @@ mod tests {
             default_poll_interval_ms: Some(20),
             ..RuntimeConfig::default()
         }));
-        let app = subtask::rmcp::router(server.clone(), service(server));
+        let app = app(server);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/mcp", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await });
@@ -228,7 +244,7 @@ mod tests {
                 "notes on tides",
                 "notes on lichens",
                 "notes on moss",
-                "research done"
+                "research done (3/3)"
             ]
         );
         let tree = client.get_tree(root).await.unwrap();
@@ -271,7 +287,7 @@ mod tests {
         }
         client.resume(root).await.unwrap();
         let done = client.wait_task(root).await.unwrap();
-        assert_eq!(text(&done), "research done");
+        assert_eq!(text(&done), "research done (2/2)");
         let first = client.get(children[0]).await.unwrap();
         let subtask::model::TaskPayload::Completed { result } = first.payload() else {
             panic!("{first:?}");
@@ -351,7 +367,7 @@ mod tests {
         let TaskPayload::Completed { result } = &done.payload else {
             panic!("{done:?}");
         };
-        assert_eq!(result["content"][0]["text"], "research done");
+        assert_eq!(result["content"][0]["text"], "research done (1/1)");
 
         let CallToolResponse::Task(created) = client.call_tool_once(research(1000)).await.unwrap() else {
             panic!("research becomes a task");
