@@ -35,6 +35,12 @@ use subtask::core::{ClientView, RootOptions};
 use subtask::model::{JsonObject, TaskId, TaskStatus};
 use subtask::runtime::{Runtime, RuntimeConfig, SubtaskOptions, TaskError};
 
+/// The seeded generator the tests use too (splitmix64): random ids and
+/// shuffles, from fixed seeds so every run measures the same workload.
+#[path = "../tests/support/seed.rs"]
+mod seed;
+use seed::Rng;
+
 const V: ClientView = ClientView::PAUSE_AWARE;
 /// TTL of every root on both sides: rmcp's default (5 minutes), long enough
 /// that nothing expires or is deleted during the run.
@@ -60,30 +66,6 @@ where
     let out = rt.block_on(async { tokio::spawn(f).await.expect("benchmark task panicked") });
     drop(rt);
     out
-}
-
-/// splitmix64: a tiny deterministic generator for random ids and shuffles.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i + 1);
-            v.swap(i, j);
-        }
-    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -323,7 +305,7 @@ fn subtask_get_live(n: usize, per_batch: usize, batches: usize) -> GetLive {
             n,
             "every handler holds a slot (none queued)"
         );
-        let mut rng = Rng(0x5eed ^ n as u64);
+        let mut rng = Rng::new(0x5eed ^ n as u64);
         // Verify what is measured: random tasks are live and working.
         for _ in 0..1000 {
             let t = rt.get(ids[rng.below(n)], V).expect("known task");
@@ -373,7 +355,7 @@ fn rmcp_get_live(n: usize, gets: usize) -> (f64, Duration) {
             .collect();
         until("rmcp handlers to start", || started.load(Ordering::Relaxed) == n).await;
         let spawn = t0.elapsed();
-        let mut rng = Rng(0xfeed ^ n as u64);
+        let mut rng = Rng::new(0xfeed ^ n as u64);
         let mut per_op = Vec::with_capacity(gets);
         for _ in 0..gets {
             let id = &ids[rng.below(n)];
@@ -399,7 +381,7 @@ fn dependent_read_ns(bytes: usize) -> f64 {
     let mut next = vec![0u64; lines * LINE];
     // Sattolo's algorithm: one cycle through every line.
     let mut order: Vec<usize> = (0..lines).collect();
-    let mut rng = Rng(0x1ace);
+    let mut rng = Rng::new(0x1ace);
     for i in (1..lines).rev() {
         let j = rng.below(i);
         order.swap(i, j);
@@ -562,7 +544,7 @@ fn ordered_results(n: usize, seed: u64) -> OrderedResult {
             while st.load(Ordering::Relaxed) < n {
                 tokio::task::yield_now().await;
             }
-            let mut rng = Rng(seed);
+            let mut rng = Rng::new(seed);
             rng.shuffle(&mut senders);
             for (k, tx) in senders.into_iter().enumerate() {
                 let _ = tx.send(());

@@ -26,7 +26,6 @@ mod harness;
 mod reference;
 
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use subtask::core::{ClientView, ResultCursor};
 use subtask::model::{TaskId, TaskPayload, TaskStatus};
 
@@ -110,11 +109,7 @@ proptest! {
 /// Runs `n` sequences from a fixed seed and returns what they exercised.
 fn coverage(weights: Weights, n: usize) -> harness::Stats {
     use proptest::strategy::ValueTree;
-    use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
-    let mut runner = TestRunner::new_with_rng(
-        Config::default(),
-        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
-    );
+    let mut runner = cases::fixed_seed_runner();
     let strategy = (config(), steps(weights, 200));
     let mut total = harness::Stats::default();
     for _ in 0..n {

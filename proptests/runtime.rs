@@ -92,7 +92,6 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use subtask::core::{CancelOutcome, ClientView, RootOptions};
 use subtask::model::{JsonObject, TaskStatus};
 use subtask::runtime::{Runtime, RuntimeConfig, SubtaskOptions};
@@ -228,11 +227,7 @@ fn an_aborted_handler_never_keeps_a_scheduler_slot() {
 /// Runs `n` cases from a fixed seed and sums what they exercised.
 fn coverage(w: Weights, h: Handlers, n: usize) -> Stats {
     use proptest::strategy::ValueTree;
-    use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
-    let mut runner = TestRunner::new_with_rng(
-        Config::default(),
-        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
-    );
+    let mut runner = cases::fixed_seed_runner();
     let strategy = case(w, h);
     let mut total = Stats::new();
     for _ in 0..n {

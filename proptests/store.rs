@@ -60,7 +60,7 @@ use std::sync::{Arc, Barrier};
 
 use proptest::prelude::*;
 use proptest::sample::Index;
-use proptest::test_runner::{Config, TestCaseError};
+use proptest::test_runner::TestCaseError;
 use serde_json::json;
 use subtask::core::{ClientView, Effect, Forest, ForestConfig, decode_state, encode_state};
 use subtask::model::TaskId;
@@ -606,11 +606,7 @@ proptest! {
 #[test]
 fn generated_sequences_exercise_the_store() {
     use proptest::strategy::ValueTree;
-    use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
-    let mut runner = TestRunner::new_with_rng(
-        Config::default(),
-        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
-    );
+    let mut runner = cases::fixed_seed_runner();
     let strategy = (config(), sequences(200), open_cfg(), checks(), open_cfg());
     let mut total = Coverage::default();
     for _ in 0..12 {

@@ -3,6 +3,8 @@
 //! children finish in random order, input answered from a grandchild, steer
 //! / pause / resume round trips, a client restarted mid-task resuming.
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +18,7 @@ use subtask::client::{
 use subtask::model::{ErrorCode, ErrorObject, JsonObject, TaskId, TaskStatus};
 use subtask::runtime::{Runtime, RuntimeConfig, SubtaskOptions};
 use subtask::server::{Server, ServerConfig, TaskSupport, ToolCall, ToolOutcome, ToolSpec, text_result};
+use support::seed::Rng;
 use tokio::sync::watch;
 
 /// Every test is bounded by this (a hang guard, not a timing assertion).
@@ -184,15 +187,10 @@ async fn shuffled_root(
     node("0".to_owned(), pos(0), turn, fin).await
 }
 
-/// A random permutation of `0..n` from `seed` (xorshift; printed on failure).
-fn permutation(n: usize, mut seed: u64) -> Vec<usize> {
+/// A random permutation of `0..n` from `seed` (printed on failure).
+fn permutation(n: usize, seed: u64) -> Vec<usize> {
     let mut v: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        v.swap(i, (seed % (i as u64 + 1)) as usize);
-    }
+    Rng::new(seed).shuffle(&mut v);
     v
 }
 
@@ -224,7 +222,7 @@ async fn results_come_in_tree_order_while_tasks_finish_in_random_order() {
     for seed in [
         0x9e37_79b9_7f4a_7c15_u64,
         42,
-        TaskId::random().as_u128() as u64 | 1,
+        support::seed::from_env("SUBTASK_SEED"),
     ] {
         h.finished.lock().clear();
         let order = permutation(NODES, seed);

@@ -23,7 +23,8 @@
 //! checks every snapshot against it, `crash/checks.rs` holds the rules after
 //! a restart and at the end, `crash/driver.rs` starts, kills and restarts
 //! the binary, and `crash/clients.rs` drives the trees over HTTP. This file
-//! holds the test: the rounds, the kill plans and the report.
+//! holds the test: the rounds, the kill plans and the report. The seed and
+//! its generator are `tests/support/seed.rs`.
 
 #![cfg(unix)]
 
@@ -51,50 +52,11 @@ use clients::{creator, drive};
 use driver::{Trigger, check_log, end_round, read_everything, restart};
 use model::{Before, Model};
 use support::process::ServerProcess;
+use support::seed::{Rng, env_u64};
 
 /// Hang guard for every tree to end after the last restart.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(240);
 const DEFAULT_ROUNDS: u32 = 25;
-
-// ----- a tiny seeded RNG (splitmix64) ------------------------------------------------
-
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `lo..hi` (`lo` when empty).
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        if hi <= lo {
-            lo
-        } else {
-            lo + self.next() % (hi - lo)
-        }
-    }
-
-    fn chance(&mut self, p: f64) -> bool {
-        ((self.next() >> 11) as f64) / ((1u64 << 53) as f64) < p
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
-        if items.is_empty() {
-            None
-        } else {
-            Some(&items[self.range(0, items.len() as u64) as usize])
-        }
-    }
-
-    fn fork(&mut self) -> Rng {
-        Rng(self.next())
-    }
-}
 
 // ----- the test ------------------------------------------------------------------------
 
@@ -124,16 +86,6 @@ impl Drop for Scratch {
     }
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    let v = v.trim();
-    let parsed = match v.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => v.parse(),
-    };
-    Some(parsed.unwrap_or_else(|e| panic!("{name}={v:?}: {e}")))
-}
-
 fn fail_on_violations(model: &Mutex<Model>, seed: u64, when: &str) {
     let m = model.lock().unwrap();
     if m.violations.is_empty() {
@@ -149,21 +101,15 @@ fn fail_on_violations(model: &Mutex<Model>, seed: u64, when: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_at_random_moments_loses_nothing_acknowledged() {
-    let seed = env_u64("CRASH_SEED").unwrap_or_else(|| {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
-        nanos ^ (u64::from(std::process::id()) << 32)
-    });
+    let seed = support::seed::from_env("CRASH_SEED");
     let rounds = env_u64("CRASH_ROUNDS").unwrap_or(u64::from(DEFAULT_ROUNDS));
     let forced_trigger = std::env::var("CRASH_TRIGGER").ok().map(|t| Trigger::parse(&t));
-    println!("crash test: seed {seed} (replay with CRASH_SEED={seed}), {rounds} rounds");
+    println!("crash test: {rounds} rounds");
     let started = Instant::now();
     let scratch = Scratch::new();
     let db = scratch.0.join("tasks.db");
     let bin = support::process::private_binary(&scratch.0);
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let model = Arc::new(Mutex::new(Model::default()));
     let mut before: HashMap<String, Before> = HashMap::new();
     let mut kills: Vec<String> = Vec::new();

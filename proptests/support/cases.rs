@@ -1,9 +1,14 @@
 //! How many cases a property runs: its default for `cargo test` in debug,
-//! or `PROPTEST_CASES` for a deeper pass. Shared by every property test.
+//! or `PROPTEST_CASES` for a deeper pass; and the fixed-seed runner of the
+//! coverage tests. Shared by every property test.
+//!
+//! The properties draw their cases from proptest's generator, seeded afresh
+//! on every run (`PROPTEST_RNG_SEED` fixes it). The other tests and the
+//! benchmarks use `tests/support/seed.rs`.
 
 #![allow(dead_code)]
 
-use proptest::test_runner::Config;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 /// `PROPTEST_CASES` when set, else `default`.
 pub fn cases(default: u32) -> u32 {
@@ -21,4 +26,13 @@ pub fn proptest_config(default: u32, max_shrink_iters: u32) -> Config {
         max_shrink_iters,
         ..Config::with_cases(cases(default))
     }
+}
+
+/// A runner with proptest's fixed seed, for the tests that check what a
+/// fixed set of generated cases exercises: the same cases on every run.
+pub fn fixed_seed_runner() -> TestRunner {
+    TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+    )
 }

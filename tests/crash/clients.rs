@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::Rng;
 use crate::driver::{Round, Stop, Trigger};
 use crate::model::{Source, Tool, answer, is_terminal, short, status_of};
 use crate::support::process::Rpc;
+use crate::support::seed::Rng;
 
 /// TTL of every tree: long, so no tree expires or is deleted during the test.
 pub const TTL_MS: u64 = 3_600_000;

@@ -1,3 +1,7 @@
-//! Shared helpers for the end-to-end tests.
+//! Shared helpers for the end-to-end tests. A test target includes them
+//! with `mod support;`; each part is there when the features it needs are.
+#[cfg(feature = "server")]
 pub mod http;
+#[cfg(feature = "cli")]
 pub mod process;
+pub mod seed;
