@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +12,8 @@ use futures::StreamExt;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use subtask::client::{
-    Client, ClientBuilder, ClientError, InputRequest, PartialResult, TaskJournal, TaskOutcome,
+    CallStart, Client, ClientBuilder, ClientError, InputRequest, PartialResult, TaskJournal, TaskOutcome,
+    TaskTree,
 };
 use subtask::model::{ErrorCode, ErrorObject, JsonObject, TaskId, TaskStatus};
 use subtask::runtime::{Runtime, RuntimeConfig, SubtaskOptions};
@@ -134,13 +134,7 @@ async fn start() -> Harness {
                 },
             );
     let server = subtask::demo::register(builder).build();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
-    tokio::spawn(subtask::server::http::serve(
-        server,
-        listener,
-        std::future::pending(),
-    ));
+    let addr = support::http::serve(server).await;
     Harness {
         url: format!("http://{addr}/mcp"),
         released,
@@ -192,6 +186,29 @@ fn permutation(n: usize, seed: u64) -> Vec<usize> {
     let mut v: Vec<usize> = (0..n).collect();
     Rng::new(seed).shuffle(&mut v);
     v
+}
+
+/// Calls a task tool and returns the id of the task it created.
+async fn start_task(client: &Client, tool: &str, args: Value) -> TaskId {
+    match client.start_tool(tool, obj(args)).await.unwrap() {
+        CallStart::Task(seed) => seed.task().task_id,
+        other => panic!("{tool} did not create a task: {other:?}"),
+    }
+}
+
+/// Reads the tree at `root` until `pred` holds (within [`GUARD`]).
+async fn until_tree(client: &Client, root: TaskId, what: &str, pred: impl Fn(&TaskTree) -> bool) -> TaskTree {
+    tokio::time::timeout(GUARD, async {
+        loop {
+            let t = client.get_tree(root).await.unwrap();
+            if pred(&t) {
+                return t;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what}"))
 }
 
 async fn collect(mut stream: subtask::client::ResultStream) -> Vec<PartialResult> {
@@ -301,25 +318,11 @@ async fn input_requested_by_a_grandchild_is_answered_once() {
 async fn steer_pause_and_resume_round_trip_through_the_tree() {
     let h = start().await;
     let client = Client::http(&h.url).unwrap();
-    let subtask::client::CallStart::Task(seed) = client
-        .start_tool("gated", obj(json!({"width": 2})))
-        .await
-        .unwrap()
-    else {
-        panic!("gated is a task tool");
-    };
-    let root = seed.task().task_id;
-    let tree = tokio::time::timeout(GUARD, async {
-        loop {
-            let t = client.get_tree(root).await.unwrap();
-            if t.get(root).unwrap().children().len() == 2 {
-                return t;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    let root = start_task(&client, "gated", json!({"width": 2})).await;
+    let tree = until_tree(&client, root, "children appear", |t| {
+        t.get(root).unwrap().children().len() == 2
     })
-    .await
-    .expect("children appear");
+    .await;
     assert_eq!(tree.len(), 3);
     let child0 = tree.get(root).unwrap().children()[0];
 
@@ -330,20 +333,12 @@ async fn steer_pause_and_resume_round_trip_through_the_tree() {
         "{paused:?}"
     );
     // Pause reaches the children at their next checkpoint.
-    tokio::time::timeout(GUARD, async {
-        loop {
-            let t = client.get_tree(root).await.unwrap();
-            if t.depth_first()
-                .iter()
-                .all(|n| n.status() == Some(TaskStatus::Paused))
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    until_tree(&client, root, "the whole tree pauses", |t| {
+        t.depth_first()
+            .iter()
+            .all(|n| n.status() == Some(TaskStatus::Paused))
     })
-    .await
-    .expect("the whole tree pauses");
+    .await;
     // A steer to a paused task is queued for after the resume.
     client.steer(child0, "then summarize").await.unwrap();
     let resumed = client.resume(root).await.unwrap();
@@ -459,14 +454,7 @@ async fn call_tool_hides_polling_and_reports_how_a_task_ended() {
         "{e}"
     );
     // A cancelled one.
-    let subtask::client::CallStart::Task(seed) = client
-        .start_tool("gated", obj(json!({"width": 1})))
-        .await
-        .unwrap()
-    else {
-        panic!("a task")
-    };
-    let id = seed.task().task_id;
+    let id = start_task(&client, "gated", json!({"width": 1})).await;
     client.cancel(id).await.unwrap();
     let e = client.wait_task(id).await.unwrap_err();
     assert!(
@@ -521,14 +509,7 @@ async fn the_client_drives_subtask_serve_over_stdio() {
 async fn watch_reports_changes_and_results_until_the_root_ends() {
     let h = start().await;
     let client = Client::http(&h.url).unwrap();
-    let subtask::client::CallStart::Task(seed) = client
-        .start_tool("gated", obj(json!({"width": 2})))
-        .await
-        .unwrap()
-    else {
-        panic!("a task")
-    };
-    let root = seed.task().task_id;
+    let root = start_task(&client, "gated", json!({"width": 2})).await;
     let mut watch = client.watch(root);
     let mut changes = 0;
     let mut results = Vec::new();

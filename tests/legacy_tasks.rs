@@ -16,7 +16,7 @@ use subtask::runtime::{Runtime, RuntimeConfig};
 use subtask::server::{
     Server, ServerConfig, TaskSupport, TokenTable, ToolCall, ToolOutcome, ToolSpec, text_result,
 };
-use support::http::{Client, full_caps, raw};
+use support::http::{Client, child_ids, full_caps, raw};
 
 const V: &str = "2025-11-25";
 
@@ -196,12 +196,7 @@ async fn a_task_augmented_call_completes_with_subtasks_and_related_task_metadata
     );
     let root = task["taskId"].as_str().unwrap().to_owned();
     let done = c.until_status(&root, "completed").await;
-    let children: Vec<String> = done["childTaskIds"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_owned())
-        .collect();
+    let children = child_ids(&done);
     assert_eq!(children.len(), 2);
     assert!(done.get("result").is_none(), "no inlined result on this wire");
     let result = c.ok("tasks/result", json!({"taskId": root})).await;
@@ -328,9 +323,7 @@ async fn tasks_list_pages_through_every_task_of_the_caller_only() {
             .await;
         let done = alice.until_status(&root, "completed").await;
         expected.push(root);
-        for c in done["childTaskIds"].as_array().unwrap() {
-            expected.push(c.as_str().unwrap().to_owned());
-        }
+        expected.extend(child_ids(&done));
     }
     let bobs = bob
         .start_task("fanout", json!({"width": 0, "depth": 0, "steps": 0}))
@@ -442,14 +435,11 @@ async fn a_task_looks_right_from_either_wire() {
     let modern = Client::new(addr, full_caps());
     // Created on the 2026 wire, paused: the legacy wire has no `paused`.
     let id = modern
-        .call(
-            "tools/call",
-            json!({"name": "fanout", "arguments": {"width": 1, "depth": 1, "steps": 500, "stepMs": 20}}),
+        .start_task(
+            "fanout",
+            json!({"width": 1, "depth": 1, "steps": 500, "stepMs": 20}),
         )
-        .await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+        .await;
     modern.call("tasks/pause", json!({"taskId": id})).await;
     modern.until_status(&id, "paused").await;
     let t = legacy.get(&id).await;

@@ -5,6 +5,8 @@
 //! result, and `tasks/cancel`. The legacy path (`initialize`, rmcp's
 //! default) is driven too.
 
+mod support;
+
 use std::time::Duration;
 
 use rmcp::ServiceExt;
@@ -58,13 +60,7 @@ async fn start() -> String {
         },
     );
     let server = subtask::demo::register(builder).build();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(subtask::server::http::serve(
-        server,
-        listener,
-        std::future::pending(),
-    ));
+    let addr = support::http::serve(server).await;
     format!("http://{addr}/mcp")
 }
 

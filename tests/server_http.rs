@@ -16,7 +16,7 @@ use subtask::server::{
     Server, ServerConfig, ServerLimits, TaskSupport, TokenTable, ToolCall, ToolOutcome, ToolSpec,
     elicitation, text_result,
 };
-use support::http::{Client, base_task_caps, full_caps, raw};
+use support::http::{Client, base_task_caps, full_caps, is_terminal, raw, text};
 use tokio::sync::Notify;
 
 struct Harness {
@@ -169,22 +169,12 @@ async fn release_until_done(h: &Harness, c: &Client, ids: &[&str]) -> Vec<Value>
         for id in ids {
             all.push(c.get(id).await);
         }
-        if all
-            .iter()
-            .all(|t| ["completed", "failed", "cancelled"].contains(&t["status"].as_str().unwrap_or("")))
-        {
+        if all.iter().all(is_terminal) {
             return all;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("tasks {ids:?} never finished");
-}
-
-fn text(result: &Value) -> String {
-    result["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 #[tokio::test]
@@ -253,17 +243,7 @@ async fn a_task_tool_returns_a_flat_create_task_result_and_subtasks_appear_while
         assert!(r.get(absent).is_none(), "{absent} in {r}");
     }
     let root = r["taskId"].as_str().unwrap().to_owned();
-    let t = c
-        .until(&root, |t| {
-            t["childTaskIds"].as_array().is_some_and(|a| a.len() == 3)
-        })
-        .await;
-    let children: Vec<String> = t["childTaskIds"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_owned())
-        .collect();
+    let children = c.until_children(&root, 3).await;
     for child in &children {
         let ct = c.get(child).await;
         assert_eq!(ct["parentTaskId"], root.as_str());
@@ -287,10 +267,7 @@ async fn a_task_tool_returns_a_flat_create_task_result_and_subtasks_appear_while
 async fn input_requests_take_partial_answers_and_ignore_unknown_keys() {
     let h = default_server().await;
     let c = Client::new(h.addr, base_task_caps());
-    let id = c.call("tools/call", json!({"name": "ask"})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = c.start_task("ask", json!({})).await;
     let t = c
         .until(&id, |t| {
             t["inputRequests"].as_object().is_some_and(|m| m.len() == 2)
@@ -319,10 +296,7 @@ async fn input_requests_take_partial_answers_and_ignore_unknown_keys() {
 async fn a_failing_task_carries_the_json_rpc_error_and_base_clients_get_it_synchronously() {
     let h = default_server().await;
     let c = Client::new(h.addr, base_task_caps());
-    let id = c.call("tools/call", json!({"name": "fails"})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = c.start_task("fails", json!({})).await;
     let t = c.until_status(&id, "failed").await;
     assert_eq!(t["error"], json!({"code": -32603, "message": "boom"}));
     assert!(t.get("result").is_none());
@@ -613,12 +587,7 @@ async fn principals_are_isolated_and_unknown_and_foreign_ids_look_the_same() {
     .await;
     let alice = Client::new(h.addr, full_caps()).with_token("alice-secret");
     let bob = Client::new(h.addr, full_caps()).with_token("bob-secret");
-    let id = alice
-        .call("tools/call", json!({"name": "tree", "arguments": {"width": 1}}))
-        .await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = alice.start_task("tree", json!({"width": 1})).await;
     alice.get(&id).await;
     let unknown = "786512e2-9e0d-44bd-8f29-789f320fe840";
     for m in [
@@ -658,23 +627,8 @@ async fn principals_are_isolated_and_unknown_and_foreign_ids_look_the_same() {
 async fn steer_pause_and_resume_work_across_a_tree() {
     let h = default_server().await;
     let c = Client::new(h.addr, full_caps());
-    let root = c
-        .call("tools/call", json!({"name": "tree", "arguments": {"width": 2}}))
-        .await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let t = c
-        .until(&root, |t| {
-            t["childTaskIds"].as_array().is_some_and(|a| a.len() == 2)
-        })
-        .await;
-    let kids: Vec<String> = t["childTaskIds"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_owned())
-        .collect();
+    let root = c.start_task("tree", json!({"width": 2})).await;
+    let kids = c.until_children(&root, 2).await;
     for m in ["one", "two"] {
         assert_eq!(
             c.call("tasks/steer", json!({"taskId": kids[0], "message": m}))
@@ -724,26 +678,16 @@ async fn cancel_reaches_the_whole_tree_and_acks_on_finished_tasks() {
     let h = default_server().await;
     let c = Client::new(h.addr, full_caps());
     let root = c
-        .call(
-            "tools/call",
-            json!({"name": "tree", "arguments": {"width": 2, "grandchildren": 2}}),
-        )
-        .await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let t = c
-        .until(&root, |t| {
-            t["childTaskIds"].as_array().is_some_and(|a| a.len() == 2)
-        })
+        .start_task("tree", json!({"width": 2, "grandchildren": 2}))
         .await;
+    let kids = c.until_children(&root, 2).await;
     assert_eq!(
         c.call("tasks/cancel", json!({"taskId": root})).await,
         json!({"resultType": "complete"})
     );
     c.until_status(&root, "cancelled").await;
-    for k in t["childTaskIds"].as_array().unwrap() {
-        let status = c.get(k.as_str().unwrap()).await["status"].clone();
+    for k in &kids {
+        let status = c.get(k).await["status"].clone();
         assert!(status == "cancelled" || status == "completed", "{status}");
     }
     assert_eq!(
@@ -756,12 +700,7 @@ async fn cancel_reaches_the_whole_tree_and_acks_on_finished_tasks() {
 async fn subscriptions_stream_every_task_of_the_tree_then_end() {
     let h = default_server().await;
     let c = Client::new(h.addr, full_caps());
-    let root = c
-        .call("tools/call", json!({"name": "tree", "arguments": {"width": 2}}))
-        .await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let root = c.start_task("tree", json!({"width": 2})).await;
     let mut rx = c.listen(&[&root]).await;
     let ack = rx.recv().await.unwrap();
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
@@ -830,12 +769,7 @@ async fn every_limit_rejects_with_a_clear_error_and_loses_nothing() {
     let h = start(config, runtime_config).await;
     let c = Client::new(h.addr, full_caps());
     // Children per task: width 3 with a limit of 2 fails the root's handler (the third spawn is refused).
-    let root = c
-        .call("tools/call", json!({"name": "tree", "arguments": {"width": 3}}))
-        .await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let root = c.start_task("tree", json!({"width": 3})).await;
     let t = c.until_status(&root, "failed").await;
     assert!(
         t["error"]["message"]
@@ -846,36 +780,17 @@ async fn every_limit_rejects_with_a_clear_error_and_loses_nothing() {
     );
     // Depth: a grandchild is one level too deep.
     let deep = c
-        .call(
-            "tools/call",
-            json!({"name": "tree", "arguments": {"width": 1, "grandchildren": 1}}),
-        )
-        .await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let t = c
-        .until(&deep, |t| {
-            t["childTaskIds"].as_array().is_some_and(|a| a.len() == 1)
-        })
+        .start_task("tree", json!({"width": 1, "grandchildren": 1}))
         .await;
-    let kid = t["childTaskIds"][0].as_str().unwrap().to_owned();
+    let kid = c.until_children(&deep, 1).await.remove(0);
     let k = c.until_status(&kid, "failed").await;
     assert!(
         k["error"]["message"].as_str().unwrap().contains("depth limit"),
         "{k}"
     );
     // Steer size and queue length: the root awaits its child, so steers to it queue up.
-    let one = c
-        .call("tools/call", json!({"name": "tree", "arguments": {"width": 1}}))
-        .await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    c.until(&one, |t| {
-        t["childTaskIds"].as_array().is_some_and(|a| a.len() == 1)
-    })
-    .await;
+    let one = c.start_task("tree", json!({"width": 1})).await;
+    c.until_children(&one, 1).await;
     let (_, e) = c
         .error(
             "tasks/steer",
@@ -896,16 +811,8 @@ async fn every_limit_rejects_with_a_clear_error_and_loses_nothing() {
         "{e}"
     );
     // Live tasks per principal: `one` holds 2 of 4; another tree takes the rest; a third is refused.
-    let two = c
-        .call("tools/call", json!({"name": "tree", "arguments": {"width": 1}}))
-        .await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    c.until(&two, |t| {
-        t["childTaskIds"].as_array().is_some_and(|a| a.len() == 1)
-    })
-    .await;
+    let two = c.start_task("tree", json!({"width": 1})).await;
+    c.until_children(&two, 1).await;
     let (status, e) = c
         .error("tools/call", json!({"name": "tree", "arguments": {"width": 1}}))
         .await;
@@ -1018,12 +925,7 @@ async fn a_panicking_tool_does_not_take_the_server_down() {
     let h = default_server().await;
     let c = Client::new(h.addr, full_caps());
     // An interrupted handler (cancel) and a failing one; then the server still answers.
-    let id = c
-        .call("tools/call", json!({"name": "tree", "arguments": {"width": 1}}))
-        .await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = c.start_task("tree", json!({"width": 1})).await;
     c.call("tasks/cancel", json!({"taskId": id})).await;
     c.until_status(&id, "cancelled").await;
     let _ = TaskError::Interrupted;

@@ -120,6 +120,31 @@ pub struct Client {
     next_id: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
+/// Whether a task snapshot's `status` is terminal.
+pub fn is_terminal(task: &Value) -> bool {
+    ["completed", "failed", "cancelled"].contains(&task["status"].as_str().unwrap_or(""))
+}
+
+/// The ids in a task snapshot's `childTaskIds` (omitted while empty).
+pub fn child_ids(task: &Value) -> Vec<String> {
+    task["childTaskIds"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|v| v.as_str().expect("a task id string").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The first text content of a `CallToolResult` (empty when there is none).
+pub fn text(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// Capabilities with the tasks extension, steer and pause.
 pub fn full_caps() -> Value {
     json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {"steer": true, "pause": true}}})
@@ -226,6 +251,25 @@ impl Client {
 
     pub async fn until_status(&self, task: &str, status: &str) -> Value {
         self.until(task, |t| t["status"] == status).await
+    }
+
+    /// Calls `tool` with `arguments`, checks that it answered with a task
+    /// (`resultType: "task"`) and returns the task's id.
+    pub async fn start_task(&self, tool: &str, arguments: Value) -> String {
+        let r = self
+            .call("tools/call", json!({"name": tool, "arguments": arguments}))
+            .await;
+        assert_eq!(
+            r["resultType"], "task",
+            "tools/call {tool} did not create a task: {r}"
+        );
+        r["taskId"].as_str().expect("a taskId").to_owned()
+    }
+
+    /// Polls `tasks/get` until the task lists `n` subtasks (20 s at most);
+    /// returns their ids.
+    pub async fn until_children(&self, task: &str, n: usize) -> Vec<String> {
+        child_ids(&self.until(task, |t| child_ids(t).len() == n).await)
     }
 
     /// Opens `subscriptions/listen` and returns the SSE data lines as they arrive.
