@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use super::error::{Interrupted, RuntimeError};
 use super::inner::Inner;
-use super::scheduler::Job;
+use super::scheduler::Gated;
 use super::tree::{Exit, HandlerBody, Post, StartJob, TaskCell, TaskRt, TreeCell, TreeState};
 use crate::core::{
     ChildOptions, HandlerOutcome, Phase, SafePoint, Slot, TaskRecord, Terminal, TransitionError,
@@ -119,61 +119,7 @@ impl From<TransitionError> for TaskError {
     }
 }
 
-/// Whether this handler holds a scheduler slot. A handler gives its slot
-/// back while it is parked (paused, awaiting input, awaiting a subtask) and
-/// takes one again before it continues.
 impl TaskCell {
-    fn block(&self, inner: &Arc<Inner>, root: TaskId) {
-        let release = {
-            let mut st = self.sched_slot.lock();
-            st.blocked += 1;
-            let release = st.blocked == 1 && st.holding;
-            if release {
-                st.holding = false;
-            }
-            release
-        };
-        if release {
-            let ready = inner.sched.release(root);
-            inner.run_jobs(ready);
-        }
-    }
-
-    /// Whether the last parked wait is ending without a slot (it must take
-    /// one before the handler runs on; it stays counted as blocked meanwhile).
-    fn last_wait_without_slot(&self) -> bool {
-        let st = self.sched_slot.lock();
-        st.blocked == 1 && !st.holding
-    }
-
-    /// Whether the handler may run only after taking a slot: it holds none
-    /// and is not inside a parked wait (which takes one itself on the way out).
-    fn needs_slot(&self) -> bool {
-        let st = self.sched_slot.lock();
-        st.blocked == 0 && !st.holding
-    }
-
-    /// Takes a slot. The scheduler marks the slot held when it grants it
-    /// ([`TaskCell::grant`]), so a slot granted to a handler that is dropped
-    /// before it runs again is still released on exit.
-    async fn acquire(self: &Arc<Self>, inner: &Arc<Inner>, root: TaskId) {
-        if inner.sched.try_acquire(root) {
-            self.grant();
-            return;
-        }
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let ready = inner.sched.submit(root, Job::Resume(self.clone(), tx), true);
-        inner.run_jobs(ready);
-        // A closed channel means the runtime dropped the job; run on.
-        let _ = rx.await;
-    }
-
-    /// Records a slot as held (called by the scheduler as it grants one);
-    /// `false` when the handler already held one (the grant is surplus).
-    pub(crate) fn grant(&self) -> bool {
-        !std::mem::replace(&mut self.sched_slot.lock().holding, true)
-    }
-
     /// Resolves once the cancel flag is set, woken through `grace` (the
     /// handler's own task is the only one that waits here): no `Notify`
     /// registration beside the handler's own waits.
@@ -189,76 +135,6 @@ impl TaskCell {
                 std::task::Poll::Pending
             }
         })
-    }
-
-    /// Takes back a grant whose receiver was gone; returns whether it was held.
-    pub(crate) fn ungrant(&self) -> bool {
-        std::mem::replace(&mut self.sched_slot.lock().holding, false)
-    }
-
-    /// The handler exited: whether it held a slot (which the caller releases).
-    pub(crate) fn take_for_exit(&self) -> bool {
-        std::mem::replace(&mut self.sched_slot.lock().holding, false)
-    }
-}
-
-/// Polls a handler body only while it may run: holding a slot or inside a
-/// parked wait. A handler that dropped a parked wait midway (a `select!` or a
-/// timeout around a context call) takes a slot again before it runs on.
-struct Gated<'a> {
-    body: BoxFuture<'static, HandlerResult>,
-    ctx: &'a TaskContext,
-    acquiring: Option<BoxFuture<'a, ()>>,
-}
-
-impl Future for Gated<'_> {
-    type Output = HandlerResult;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<HandlerResult> {
-        loop {
-            if let Some(acq) = self.acquiring.as_mut() {
-                std::task::ready!(acq.as_mut().poll(cx));
-                self.acquiring = None;
-            }
-            if self.ctx.cell.needs_slot() {
-                let ctx = self.ctx;
-                self.acquiring = Some(Box::pin(async move {
-                    ctx.cell.acquire(&ctx.inner, ctx.tree.root).await
-                }));
-                continue;
-            }
-            return self.body.as_mut().poll(cx);
-        }
-    }
-}
-
-/// Ends a parked wait, also when its future is dropped midway (a `select!`
-/// or a timeout around a context call). A handler that abandons a wait
-/// without its slot back takes one at once, over the limit if need be: it
-/// runs on in the same poll, and a slot must never leak or be missing.
-struct BlockGuard<'a> {
-    cell: &'a TaskCell,
-    inner: &'a Arc<Inner>,
-    root: TaskId,
-}
-
-impl Drop for BlockGuard<'_> {
-    fn drop(&mut self) {
-        let force = {
-            let mut st = self.cell.sched_slot.lock();
-            st.blocked = st.blocked.saturating_sub(1);
-            let force = st.blocked == 0 && !st.holding;
-            if force {
-                st.holding = true;
-            }
-            force
-        };
-        if force {
-            self.inner.sched.force_acquire(self.root);
-        }
     }
 }
 
@@ -340,18 +216,7 @@ impl TaskContext {
 
     /// Runs `fut` with this handler's scheduler slot given back.
     async fn parked<F: Future>(&self, fut: F) -> F::Output {
-        let root = self.tree.root;
-        self.cell.block(&self.inner, root);
-        let _guard = BlockGuard {
-            cell: &self.cell,
-            inner: &self.inner,
-            root,
-        };
-        let out = fut.await;
-        if self.cell.last_wait_without_slot() {
-            self.cell.acquire(&self.inner, root).await;
-        }
-        out
+        super::scheduler::parked(&self.inner, &self.cell, self.tree.root, fut).await
     }
 
     /// Sets the status message clients see while the task runs.
@@ -625,11 +490,15 @@ impl TaskContext {
         opts: SubtaskOptions,
         body: HandlerBody,
     ) -> Result<SubtaskHandle, TaskError> {
-        let root = self.tree.root;
-        let fast = opts.after.is_empty() && self.inner.sched.try_acquire(root);
+        // A subtask that waits for dependencies takes no slot now.
+        let slot = if opts.after.is_empty() {
+            self.inner.creation_slot(self.tree.root)
+        } else {
+            None
+        };
         let parent = self.id;
         let tree = self.tree.clone();
-        let created = self.with(|st, now, post| -> Result<(TaskId, Option<StartJob>), TaskError> {
+        let (id, job) = self.with(|st, now, post| -> Result<(TaskId, Option<StartJob>), TaskError> {
             super::plan::check_after(&st.forest, parent, &opts.after)?;
             if let Some(owner) = &st.owner {
                 owner.try_reserve().map_err(TaskError::Rejected)?;
@@ -668,48 +537,14 @@ impl TaskContext {
                 .copied()
                 .filter(|d| st.forest.task(*d).is_some_and(|r| !r.is_terminal()))
                 .collect();
-            if !pending.is_empty() {
-                let slot = st.forest.slot_of(id).expect("just created");
-                for d in &pending {
-                    let d = st.forest.slot_of(*d).expect("a pending dependency exists");
-                    st.rt.entry(d).rare_mut().dependents.push(slot);
-                }
-                let rare = st.rt.entry(slot).rare_mut();
-                rare.pending_deps = pending.len() as u32;
-                rare.job = Some(job);
-                let _ = st.forest.set_status_message(
-                    now,
-                    id,
-                    Some(format!("queued: waiting for {} dependencies", pending.len())),
-                );
-                return Ok((id, None));
-            }
-            if fast {
-                return Ok((id, Some(job)));
-            }
-            let _ = st.forest.set_status_message(
-                now,
+            Ok((
                 id,
-                Some("queued: waiting for a scheduler slot".to_owned()),
-            );
-            post.submit(job, false);
-            Ok((id, None))
-        });
-        let (id, job) = match created {
-            Ok(v) => v,
-            Err(e) => {
-                if fast {
-                    let ready = self.inner.sched.release(root);
-                    self.inner.run_jobs(ready);
-                }
-                return Err(e);
-            }
-        };
-        // A slot taken on the fast path is given back unless the job used it.
-        let used = job.is_some_and(|job| self.inner.start_job(job));
-        if fast && !used {
-            let ready = self.inner.sched.release(root);
-            self.inner.run_jobs(ready);
+                super::tree::admit(st, now, job, &pending, slot.is_some(), post),
+            ))
+        })?;
+        // The slot is given back (dropped) unless the job starts in it.
+        if let (Some(slot), Some(job)) = (slot, job) {
+            slot.start(job);
         }
         Ok(SubtaskHandle {
             ctx: self.clone(),
@@ -733,11 +568,7 @@ impl TaskContext {
         );
         let ctx = self;
         async move {
-            let gated = Gated {
-                body: body(ctx.clone()),
-                ctx: &ctx,
-                acquiring: None,
-            };
+            let gated = Gated::new(body(ctx.clone()), &ctx.cell, &ctx.inner, ctx.tree.root);
             let run = AssertUnwindSafe(gated).catch_unwind();
             let grace = ctx.inner.config.cancel_grace;
             let outcome = tokio::select! {

@@ -65,7 +65,7 @@ use inner::Inner;
 pub use recovery::{Launch, RecoveryReport};
 pub use tree::HandlerBody;
 pub use tree::Owner;
-use tree::{Durable, Post, RtTable, StartJob, TreeCell, TreeState};
+use tree::{Durable, RtTable, StartJob, TreeCell, TreeState};
 
 /// The task runtime. Cheap to clone and share; every clone drives the same tasks.
 #[derive(Clone)]
@@ -245,9 +245,8 @@ impl Runtime {
         if let Some(owner) = &owner {
             owner.enlist(&tree);
         }
-        let fast = inner.sched.try_acquire(id);
         let meta = inner.store.as_ref().map(|_| {
-            let owner = tree.state.lock().owner.as_ref().map(|o| o.name().to_owned());
+            let owner = owner.as_ref().map(|o| o.name().to_owned());
             let (resumable, launch) = launch.map_or((false, None), |l| (l.resumable, Some(l.call)));
             TreeMeta {
                 root: id,
@@ -265,32 +264,19 @@ impl Runtime {
             meta: None,
             parent_span: tracing::Span::current(),
         };
-        if fast {
+        match inner.creation_slot(id) {
             // Created and started in one step: one batch for the store, and
             // the id is published (indexed) only then.
-            job.meta = meta;
-            if !inner.start_job(job) {
-                let ready = inner.sched.release(id);
-                inner.run_jobs(ready);
+            Some(slot) => {
+                job.meta = meta;
+                slot.start(job);
             }
-            return Ok(id);
+            None => inner.with_tree(&tree, |st, now, post| {
+                post.meta = meta;
+                let none = tree::admit(st, now, job, &[], false, post);
+                debug_assert!(none.is_none(), "a root without a slot is queued");
+            }),
         }
-        let mut post = Post::default();
-        post.meta = meta;
-        {
-            let mut st = tree.state.lock();
-            {
-                let now = inner.now();
-                let _ = st.forest.set_status_message(
-                    now,
-                    id,
-                    Some("queued: waiting for a scheduler slot".to_owned()),
-                );
-            }
-            inner.absorb(&mut st, &mut post);
-        }
-        inner.run_post(&tree, post);
-        inner.schedule(job, false);
         Ok(id)
     }
 

@@ -1,18 +1,23 @@
 //! The scheduler: a global limit on running handlers and a per-tree limit,
-//! round-robin across trees so one huge fan-out cannot starve other callers.
+//! round-robin across trees so one huge fan-out cannot starve other callers;
+//! and all slot accounting: the slot a task takes as it is created, the slot
+//! a handler gives back while parked and takes again, and the slots given
+//! back when handlers exit.
 //!
 //! One short critical section per decision; jobs are handed back to the
 //! caller and run after the lock is released.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use std::sync::Arc;
-
-use super::tree::StartJob;
-use super::tree::TaskCell;
+use super::context::HandlerResult;
+use super::inner::Inner;
+use super::tree::{StartJob, TaskCell};
 use crate::core::IdMap;
 use crate::model::TaskId;
 
@@ -172,5 +177,255 @@ impl Scheduler {
     /// Handlers running now (for statistics and tests).
     pub(crate) fn running(&self) -> usize {
         self.state.lock().running
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Slot accounting: who holds a slot, when it is given back. Every
+// `try_acquire`, `release` and `force_acquire` of the runtime is below.
+// ---------------------------------------------------------------------------
+
+/// Whether a handler holds a scheduler slot, and how many parked waits it is in.
+#[derive(Default)]
+pub(crate) struct SlotState {
+    holding: bool,
+    blocked: u32,
+}
+
+/// Whether this handler holds a scheduler slot. A handler gives its slot
+/// back while it is parked (paused, awaiting input, awaiting a subtask) and
+/// takes one again before it continues.
+impl TaskCell {
+    /// A handler that holds its slot from its start (`Inner::start_job`).
+    pub(crate) fn hold_from_start(&self) {
+        self.sched_slot.lock().holding = true;
+    }
+
+    fn block(&self, inner: &Arc<Inner>, root: TaskId) {
+        let release = {
+            let mut st = self.sched_slot.lock();
+            st.blocked += 1;
+            let release = st.blocked == 1 && st.holding;
+            if release {
+                st.holding = false;
+            }
+            release
+        };
+        if release {
+            let ready = inner.sched.release(root);
+            inner.run_jobs(ready);
+        }
+    }
+
+    /// Whether the last parked wait is ending without a slot (it must take
+    /// one before the handler runs on; it stays counted as blocked meanwhile).
+    fn last_wait_without_slot(&self) -> bool {
+        let st = self.sched_slot.lock();
+        st.blocked == 1 && !st.holding
+    }
+
+    /// Whether the handler may run only after taking a slot: it holds none
+    /// and is not inside a parked wait (which takes one itself on the way out).
+    fn needs_slot(&self) -> bool {
+        let st = self.sched_slot.lock();
+        st.blocked == 0 && !st.holding
+    }
+
+    /// Takes a slot. The scheduler marks the slot held when it grants it
+    /// ([`TaskCell::grant`]), so a slot granted to a handler that is dropped
+    /// before it runs again is still released on exit.
+    async fn acquire(self: &Arc<Self>, inner: &Arc<Inner>, root: TaskId) {
+        if inner.sched.try_acquire(root) {
+            self.grant();
+            return;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let ready = inner.sched.submit(root, Job::Resume(self.clone(), tx), true);
+        inner.run_jobs(ready);
+        // A closed channel means the runtime dropped the job; run on.
+        let _ = rx.await;
+    }
+
+    /// Records a slot as held (called by the scheduler as it grants one);
+    /// `false` when the handler already held one (the grant is surplus).
+    pub(crate) fn grant(&self) -> bool {
+        !std::mem::replace(&mut self.sched_slot.lock().holding, true)
+    }
+
+    /// Takes back a grant whose receiver was gone; returns whether it was held.
+    pub(crate) fn ungrant(&self) -> bool {
+        std::mem::replace(&mut self.sched_slot.lock().holding, false)
+    }
+
+    /// The handler exited: whether it held a slot (which the caller releases).
+    pub(crate) fn take_for_exit(&self) -> bool {
+        std::mem::replace(&mut self.sched_slot.lock().holding, false)
+    }
+}
+
+/// Runs `fut` with the handler's scheduler slot given back: a parked wait
+/// (paused, awaiting input, awaiting a subtask).
+pub(crate) async fn parked<F: Future>(
+    inner: &Arc<Inner>,
+    cell: &Arc<TaskCell>,
+    root: TaskId,
+    fut: F,
+) -> F::Output {
+    cell.block(inner, root);
+    let _guard = BlockGuard { cell, inner, root };
+    let out = fut.await;
+    if cell.last_wait_without_slot() {
+        cell.acquire(inner, root).await;
+    }
+    out
+}
+
+/// Polls a handler body only while it may run: holding a slot or inside a
+/// parked wait. A handler that dropped a parked wait midway (a `select!` or a
+/// timeout around a context call) takes a slot again before it runs on.
+pub(crate) struct Gated<'a> {
+    body: BoxFuture<'static, HandlerResult>,
+    cell: &'a Arc<TaskCell>,
+    inner: &'a Arc<Inner>,
+    root: TaskId,
+    acquiring: Option<BoxFuture<'a, ()>>,
+}
+
+impl<'a> Gated<'a> {
+    /// Gates `body`, the handler of `cell` in the tree of `root`.
+    pub(crate) fn new(
+        body: BoxFuture<'static, HandlerResult>,
+        cell: &'a Arc<TaskCell>,
+        inner: &'a Arc<Inner>,
+        root: TaskId,
+    ) -> Self {
+        Gated {
+            body,
+            cell,
+            inner,
+            root,
+            acquiring: None,
+        }
+    }
+}
+
+impl Future for Gated<'_> {
+    type Output = HandlerResult;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<HandlerResult> {
+        loop {
+            if let Some(acq) = self.acquiring.as_mut() {
+                std::task::ready!(acq.as_mut().poll(cx));
+                self.acquiring = None;
+            }
+            if self.cell.needs_slot() {
+                let (cell, inner, root) = (self.cell, self.inner, self.root);
+                self.acquiring = Some(Box::pin(async move { cell.acquire(inner, root).await }));
+                continue;
+            }
+            return self.body.as_mut().poll(cx);
+        }
+    }
+}
+
+/// Ends a parked wait, also when its future is dropped midway (a `select!`
+/// or a timeout around a context call). A handler that abandons a wait
+/// without its slot back takes one at once, over the limit if need be: it
+/// runs on in the same poll, and a slot must never leak or be missing.
+struct BlockGuard<'a> {
+    cell: &'a TaskCell,
+    inner: &'a Arc<Inner>,
+    root: TaskId,
+}
+
+impl Drop for BlockGuard<'_> {
+    fn drop(&mut self) {
+        let force = {
+            let mut st = self.cell.sched_slot.lock();
+            st.blocked = st.blocked.saturating_sub(1);
+            let force = st.blocked == 0 && !st.holding;
+            if force {
+                st.holding = true;
+            }
+            force
+        };
+        if force {
+            self.inner.sched.force_acquire(self.root);
+        }
+    }
+}
+
+/// A slot taken for a task as it is created, before its job exists: given
+/// back when dropped, unless the job started in it. Roots and subtasks take
+/// it the same way (`Inner::creation_slot`); hold it outside any tree lock.
+pub(crate) struct CreationSlot<'a> {
+    inner: &'a Arc<Inner>,
+    root: TaskId,
+}
+
+impl CreationSlot<'_> {
+    /// Starts `job` in this slot; a job that cannot start (paused, or
+    /// cancelled meanwhile) gives the slot back.
+    pub(crate) fn start(self, job: StartJob) {
+        if self.inner.start_job(job) {
+            std::mem::forget(self);
+        }
+    }
+}
+
+impl Drop for CreationSlot<'_> {
+    fn drop(&mut self) {
+        self.inner.release_slots(self.root, 1);
+    }
+}
+
+impl Inner {
+    /// A slot for a new task of the tree of `root`, when one is free now and
+    /// nothing of that tree waits for one.
+    pub(crate) fn creation_slot(self: &Arc<Self>, root: TaskId) -> Option<CreationSlot<'_>> {
+        // Built only when the slot was taken: the guard releases on drop.
+        self.sched
+            .try_acquire(root)
+            .then(|| CreationSlot { inner: self, root })
+    }
+
+    /// Gives back `n` slots of the tree of `root` and runs what they let start.
+    pub(crate) fn release_slots(self: &Arc<Self>, root: TaskId, n: usize) {
+        let ready = self.sched.release_n(root, n);
+        self.run_jobs(ready);
+    }
+
+    /// Queues a job for a slot and runs whatever the scheduler hands back.
+    pub(crate) fn schedule(self: &Arc<Self>, job: StartJob, front: bool) {
+        let root = job.tree.root;
+        let ready = self.sched.submit(root, Job::Start(job), front);
+        self.run_jobs(ready);
+    }
+
+    /// Runs jobs that were given a slot; a job that cannot use its slot
+    /// gives it back (iteratively, never recursively).
+    pub(crate) fn run_jobs(self: &Arc<Self>, mut ready: Vec<(TaskId, Job)>) {
+        while let Some((root, job)) = ready.pop() {
+            let used = match job {
+                Job::Start(job) => self.start_job(job),
+                Job::Resume(cell, tx) => {
+                    // The grant and the ownership are one step: a handler
+                    // dropped right after this still releases the slot on exit.
+                    if cell.grant() {
+                        tx.send(()).is_ok() || !cell.ungrant()
+                    } else {
+                        // The handler already took a slot back: this one is surplus.
+                        let _ = tx.send(());
+                        false
+                    }
+                }
+            };
+            if !used {
+                ready.extend(self.sched.release(root));
+            }
+        }
     }
 }

@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use super::context::{DependencyOutcome, HandlerResult, Started, TaskContext};
 use super::error::RuntimeError;
 use super::inner::Inner;
-use super::scheduler::Job;
+use super::scheduler::SlotState;
 use crate::core::{Effect, Forest, HandlerOutcome, Slot, TaskRecord, TransitionError};
 use crate::model::{JsonObject, TaskId, Timestamp};
 use crate::store::{Ticket, TreeMeta, WriteBatch, WriteOp};
@@ -61,15 +61,8 @@ pub(crate) struct TaskCell {
     /// The handler's task, woken when the cancel flag is set so its grace
     /// timer starts even if the handler itself waits on something else.
     pub(crate) grace: AtomicWaker,
-    /// Whether the handler holds a scheduler slot (see `context.rs`).
+    /// Whether the handler holds a scheduler slot (see `scheduler.rs`).
     pub(crate) sched_slot: Mutex<SlotState>,
-}
-
-/// Whether a handler holds a scheduler slot, and how many parked waits it is in.
-#[derive(Default)]
-pub(crate) struct SlotState {
-    pub(crate) holding: bool,
-    pub(crate) blocked: u32,
 }
 
 impl TaskCell {
@@ -620,39 +613,7 @@ impl Inner {
         });
         let held = cells.iter().filter(|c| c.take_for_exit()).count();
         if held > 0 {
-            let ready = self.sched.release_n(tree.root, held);
-            self.run_jobs(ready);
-        }
-    }
-
-    /// Queues a job for a slot and runs whatever the scheduler hands back.
-    pub(crate) fn schedule(self: &Arc<Self>, job: StartJob, front: bool) {
-        let root = job.tree.root;
-        let ready = self.sched.submit(root, Job::Start(job), front);
-        self.run_jobs(ready);
-    }
-
-    /// Runs jobs that were given a slot; a job that cannot use its slot
-    /// gives it back (iteratively, never recursively).
-    pub(crate) fn run_jobs(self: &Arc<Self>, mut ready: Vec<(TaskId, Job)>) {
-        while let Some((root, job)) = ready.pop() {
-            let used = match job {
-                Job::Start(job) => self.start_job(job),
-                Job::Resume(cell, tx) => {
-                    // The grant and the ownership are one step: a handler
-                    // dropped right after this still releases the slot on exit.
-                    if cell.grant() {
-                        tx.send(()).is_ok() || !cell.ungrant()
-                    } else {
-                        // The handler already took a slot back: this one is surplus.
-                        let _ = tx.send(());
-                        false
-                    }
-                }
-            };
-            if !used {
-                ready.extend(self.sched.release(root));
-            }
+            self.release_slots(tree.root, held);
         }
     }
 
@@ -698,7 +659,7 @@ impl Inner {
             // The handler's cell exists from its start: its cancel flag is
             // then always current, and it starts holding its slot.
             let cell = st.notify_at(slot).expect("a started task is live");
-            cell.sched_slot.lock().holding = true;
+            cell.hold_from_start();
             Some((job.body, job.parent_span, deps, parent, slot, cell))
         });
         let Some((body, parent_span, deps, parent, slot, cell)) = started else {
@@ -716,6 +677,47 @@ impl Inner {
         tokio::spawn(ctx.supervise(body, &parent_span));
         true
     }
+}
+
+/// The last step of creating a task, roots and subtasks alike, under the
+/// tree lock once the forest holds the task: a task whose dependencies are
+/// pending waits for them; a task created with a slot
+/// ([`CreationSlot`](super::scheduler::CreationSlot)) is handed back to start
+/// in it after the lock; any other queues for a slot, saying so in its status
+/// message.
+pub(crate) fn admit(
+    st: &mut TreeState,
+    now: Timestamp,
+    job: StartJob,
+    pending: &[TaskId],
+    has_slot: bool,
+    post: &mut Post,
+) -> Option<StartJob> {
+    let id = job.id;
+    if !pending.is_empty() {
+        let slot = st.forest.slot_of(id).expect("just created");
+        for d in pending {
+            let d = st.forest.slot_of(*d).expect("a pending dependency exists");
+            st.rt.entry(d).rare_mut().dependents.push(slot);
+        }
+        let rare = st.rt.entry(slot).rare_mut();
+        rare.pending_deps = pending.len() as u32;
+        rare.job = Some(job);
+        let _ = st.forest.set_status_message(
+            now,
+            id,
+            Some(format!("queued: waiting for {} dependencies", pending.len())),
+        );
+        return None;
+    }
+    if has_slot {
+        return Some(job);
+    }
+    let _ = st
+        .forest
+        .set_status_message(now, id, Some("queued: waiting for a scheduler slot".to_owned()));
+    post.submit(job, false);
+    None
 }
 
 /// A dependency of `dependent` became terminal.
