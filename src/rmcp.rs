@@ -288,8 +288,8 @@ impl<H: ServerHandler> ServerHandler for WithSubtasks<H> {
         let modern = is_modern(&context);
         let mut result = self.handler.list_tools(request, context).await?;
         if modern && result.next_cursor.is_none() {
-            let ours = self.server.tools_list(true);
-            let tools: Vec<Tool> = serde_json::from_value(ours["tools"].clone())
+            let ours = serde_json::to_value(self.server.tools_list(true).tools).map_err(internal)?;
+            let tools: Vec<Tool> = serde_json::from_value(ours)
                 .map_err(|e| internal(format_args!("a subtask tool is not an rmcp tool: {e}")))?;
             result.tools.extend(tools);
         }

@@ -11,6 +11,7 @@ mod id;
 mod json;
 mod jsonrpc;
 mod legacy;
+mod listing;
 mod meta;
 mod methods;
 mod notifications;
@@ -33,6 +34,10 @@ pub use jsonrpc::{
     RequestId,
 };
 pub use legacy::{LegacyCreateTaskResult, LegacyTask, ListTasksResult, META_RELATED_TASK, RelatedTask};
+pub use listing::{
+    CacheScope, DiscoverResult, Implementation, InputRequiredResult, ListPromptsResult, ListToolsResult,
+    PromptDescription, ToolDescription,
+};
 pub use meta::{
     META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, META_PROTOCOL_VERSION, META_SERVER_INFO,
     META_SUBSCRIPTION_ID, NotificationMeta, PROTOCOL_VERSION, RequestMeta,

@@ -18,8 +18,9 @@ use super::reply::{Rejected, Reply, error_reply, invalid, result_reply, store_er
 use super::tool_calls::CallMode;
 use crate::core::ClientView;
 use crate::model::{
-    ClientCapabilities, ErrorCode, ErrorObject, JsonObject, JsonRpcMessage, JsonRpcRequest, PROTOCOL_VERSION,
-    RequestId, RequestMeta, TASKS_EXTENSION, TasksCapability,
+    ClientCapabilities, DiscoverResult, ErrorCode, ErrorObject, ExtensionCapabilities, Implementation,
+    JsonObject, JsonRpcMessage, JsonRpcRequest, META_SERVER_INFO, PROTOCOL_VERSION, RequestId, RequestMeta,
+    ServerCapabilities, TASKS_EXTENSION, TasksCapability,
 };
 
 /// Protocol versions answered through the legacy `initialize` handshake
@@ -246,27 +247,32 @@ impl Server {
     /// request's client capabilities declared: a client learns of them only
     /// by asking, and a client that knows only the final extension sees the
     /// settings it expects (docs/protocol.md, "Capabilities").
-    fn discover(&self, ctx: &RequestCtx) -> Value {
+    fn discover(&self, ctx: &RequestCtx) -> DiscoverResult {
         let offered = TasksCapability::FULL.intersect(ctx.tasks.unwrap_or(TasksCapability::BASE));
-        let mut caps = json!({
-            "tools": {},
-            "extensions": {TASKS_EXTENSION: offered.to_settings()},
-        });
-        if !self.inner.prompts.is_empty() {
-            caps["prompts"] = json!({});
+        let mut extensions = ExtensionCapabilities::default();
+        extensions.insert(TASKS_EXTENSION, offered.to_settings());
+        let capabilities = ServerCapabilities {
+            tools: Some(JsonObject::new()),
+            prompts: (!self.inner.prompts.is_empty()).then(JsonObject::new),
+            extensions: Some(extensions),
+            ..ServerCapabilities::default()
+        };
+        let mut meta = serde_json::Map::new();
+        meta.insert(
+            META_SERVER_INFO.to_owned(),
+            serde_json::to_value(self.server_info()).expect("serializes"),
+        );
+        DiscoverResult {
+            meta: Some(JsonObject::from_map(meta)),
+            ..DiscoverResult::new(vec![PROTOCOL_VERSION.to_owned()], capabilities)
         }
-        json!({
-            "resultType": "complete",
-            "supportedVersions": [PROTOCOL_VERSION],
-            "capabilities": caps,
-            "ttlMs": 0,
-            "cacheScope": "private",
-            "_meta": {"io.modelcontextprotocol/serverInfo": self.server_info()},
-        })
     }
 
-    pub(crate) fn server_info(&self) -> Value {
-        json!({"name": self.inner.config.name, "version": self.inner.config.version})
+    pub(crate) fn server_info(&self) -> Implementation {
+        Implementation {
+            name: self.inner.config.name.clone(),
+            version: self.inner.config.version.clone(),
+        }
     }
 }
 

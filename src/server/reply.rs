@@ -3,9 +3,8 @@
 //! (`status_for`, `Rejected`).
 
 use futures::stream::BoxStream;
-use serde_json::{Value, json};
 
-use crate::model::{ErrorCode, ErrorObject, JsonRpcError, RequestId};
+use crate::model::{ErrorCode, ErrorObject, JsonRpcError, JsonRpcResponse, RequestId};
 use crate::runtime::RuntimeError;
 use crate::store::StoreError;
 
@@ -94,9 +93,8 @@ pub(crate) fn error_reply(status: u16, id: Option<RequestId>, error: ErrorObject
     Reply::Message { status, body }
 }
 
-pub(crate) fn result_reply(id: &RequestId, result: Value) -> Reply {
-    let body = serde_json::to_string(&json!({"jsonrpc": "2.0", "id": id.to_value(), "result": result}))
-        .expect("results serialize");
+pub(crate) fn result_reply(id: &RequestId, result: impl serde::Serialize) -> Reply {
+    let body = serde_json::to_string(&JsonRpcResponse::new(id.clone(), result)).expect("results serialize");
     Reply::Message { status: 200, body }
 }
 

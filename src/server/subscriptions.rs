@@ -6,14 +6,15 @@ use std::collections::HashSet;
 
 use futures::stream::{BoxStream, SelectAll};
 use futures::{StreamExt, stream};
-use serde_json::json;
 
 use super::Server;
 use super::dispatch::RequestCtx;
 use super::reply::{Reply, invalid};
 use super::tasks::modern_view;
 use crate::model::{
-    DetailedTask, ErrorObject, JsonRpcRequest, META_SUBSCRIPTION_ID, SubscriptionsListenParams, TaskId,
+    AckResult, DetailedTask, ErrorObject, JsonRpcNotification, JsonRpcRequest, JsonRpcResponse,
+    NOTIFICATIONS_SUBSCRIPTIONS_ACKNOWLEDGED, NOTIFICATIONS_TASKS, NotificationFilter, NotificationMeta,
+    SubscriptionsAcknowledgedParams, SubscriptionsListenParams, TaskId, TaskStatusNotificationParams,
 };
 
 impl Server {
@@ -39,16 +40,16 @@ impl Server {
                 accepted.push(id);
             }
         }
-        let sub_id = ctx.id.to_value();
-        let ack = json!({
-            "jsonrpc": "2.0",
-            "method": "notifications/subscriptions/acknowledged",
-            "params": {
-                "notifications": {"taskIds": accepted.iter().map(ToString::to_string).collect::<Vec<_>>()},
-                "_meta": {META_SUBSCRIPTION_ID: sub_id},
+        let sub_id = ctx.id.clone();
+        let ack = JsonRpcNotification::new(
+            NOTIFICATIONS_SUBSCRIPTIONS_ACKNOWLEDGED,
+            SubscriptionsAcknowledgedParams {
+                meta: Some(NotificationMeta::for_subscription(sub_id.clone())),
+                notifications: NotificationFilter::tasks(accepted.iter().copied()),
             },
-        });
-        let first = stream::once(async move { ack.to_string() });
+        );
+        let ack = serde_json::to_string(&ack).expect("notifications serialize");
+        let first = stream::once(async move { ack });
         if accepted.is_empty() {
             // Nothing this server can notify about: the stream stays open
             // (keep-alives) until the client closes it.
@@ -75,16 +76,20 @@ impl Server {
                         all.push(rt.subscribe(&[*child], view).boxed());
                     }
                 }
-                let mut params = serde_json::to_value(modern_view(task)).expect("tasks serialize");
-                params["_meta"] = json!({META_SUBSCRIPTION_ID: sid});
-                let note = json!({"jsonrpc": "2.0", "method": "notifications/tasks", "params": params});
-                Some((note.to_string(), (all, watched, rt)))
+                let params = TaskStatusNotificationParams {
+                    task: modern_view(task),
+                    meta: Some(NotificationMeta::for_subscription(sid)),
+                };
+                let note = JsonRpcNotification::new(NOTIFICATIONS_TASKS, params);
+                Some((
+                    serde_json::to_string(&note).expect("notifications serialize"),
+                    (all, watched, rt),
+                ))
             }
         });
-        let id = ctx.id.to_value();
-        let end = stream::once(async move {
-            json!({"jsonrpc": "2.0", "id": id, "result": {"resultType": "complete"}}).to_string()
-        });
+        let end = serde_json::to_string(&JsonRpcResponse::new(ctx.id.clone(), AckResult::new()))
+            .expect("responses serialize");
+        let end = stream::once(async move { end });
         Ok(Reply::Stream(first.chain(updates).chain(end).boxed()))
     }
 }

@@ -4,15 +4,15 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::Server;
 use super::auth::Principal;
 use super::dispatch::RequestCtx;
 use super::reply::{Reply, invalid, result_reply, runtime_error, store_error};
 use crate::model::{
-    DetailedTask, ErrorCode, ErrorObject, GetTaskResult, InputResponses, JsonObject, JsonRpcRequest,
-    SteerTaskParams, TaskId, TaskIdParams, TaskPayload, complete_result,
+    AckResult, DetailedTask, ErrorCode, ErrorObject, GetTaskResult, InputResponses, JsonObject,
+    JsonRpcRequest, SteerTaskParams, TaskId, TaskIdParams, TaskPayload, complete_result,
 };
 use crate::runtime::Owner;
 
@@ -58,7 +58,7 @@ impl Server {
     ) -> Result<(Reply, TaskId), ErrorObject> {
         let rt = &self.inner.runtime;
         let view = ctx.view();
-        let ack = || json!({"resultType": "complete"});
+        let ack = AckResult::new;
         match req.method.as_str() {
             "tasks/update" => {
                 let p: TaskIdParams = req.params_as()?;
@@ -114,8 +114,8 @@ pub(crate) fn responses_of(m: &serde_json::Map<String, Value>) -> InputResponses
         .collect()
 }
 
-fn task_result(task: DetailedTask) -> Value {
-    serde_json::to_value(GetTaskResult::new(modern_view(task))).expect("task results serialize")
+fn task_result(task: DetailedTask) -> GetTaskResult {
+    GetTaskResult::new(modern_view(task))
 }
 
 /// A task as the 2026-07-28 wire shows it: a completed task's `result` is a

@@ -2,7 +2,7 @@
 //! against the tool's schema, then a result, an MRTR round, a task or a
 //! protocol error; on the legacy path with or without task augmentation.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::auth::Principal;
 use super::dispatch::{RequestCtx, str_param};
@@ -11,44 +11,50 @@ use super::tasks::responses_of;
 use super::tool::{ToolCall, ToolOutcome};
 use super::{RegisteredTool, Server, TaskSupport};
 use crate::core::{ClientView, RootOptions};
-use crate::model::{DetailedTask, ErrorCode, ErrorObject, JsonObject, JsonRpcRequest, TaskId, TaskPayload};
+use crate::model::{
+    DetailedTask, ErrorCode, ErrorObject, InputRequiredResult, JsonObject, JsonRpcRequest, ListPromptsResult,
+    ListToolsResult, PromptDescription, TaskId, TaskPayload, ToolDescription,
+};
 use crate::runtime::Launch;
 
 impl Server {
-    pub(crate) fn tools_list(&self, modern: bool) -> Value {
-        let tools: Vec<Value> = self
+    pub(crate) fn tools_list(&self, modern: bool) -> ListToolsResult {
+        let tools = self
             .inner
             .tools
             .iter()
-            .map(|t| {
-                let mut tool = json!({
-                    "name": t.spec.name,
-                    "description": t.spec.description,
-                    "inputSchema": t.spec.input_schema,
-                });
-                if !modern {
-                    // 2025-11-25 tool-level negotiation; the 2026 extension
-                    // leaves the choice to the server and has no such field.
-                    tool["execution"] = json!({"taskSupport": t.spec.task_support.as_str()});
-                }
-                tool
+            .map(|t| ToolDescription {
+                name: t.spec.name.clone(),
+                description: Some(t.spec.description.clone()),
+                input_schema: t.spec.input_schema.clone(),
+                // 2025-11-25 tool-level negotiation; the 2026 extension
+                // leaves the choice to the server and has no such field.
+                execution: (!modern).then(|| {
+                    let mut execution = serde_json::Map::new();
+                    execution.insert("taskSupport".to_owned(), t.spec.task_support.as_str().into());
+                    JsonObject::from_map(execution)
+                }),
             })
             .collect();
         if modern {
-            json!({"resultType": "complete", "tools": tools, "ttlMs": 0, "cacheScope": "private"})
+            ListToolsResult::modern(tools)
         } else {
-            json!({"tools": tools})
+            ListToolsResult::legacy(tools)
         }
     }
 
-    pub(crate) fn prompts_list(&self) -> Value {
-        let prompts: Vec<Value> = self
-            .inner
-            .prompts
-            .iter()
-            .map(|p| json!({"name": p.spec.name, "description": p.spec.description, "arguments": p.spec.arguments}))
-            .collect();
-        json!({"resultType": "complete", "prompts": prompts, "ttlMs": 0, "cacheScope": "private"})
+    pub(crate) fn prompts_list(&self) -> ListPromptsResult {
+        ListPromptsResult::new(
+            self.inner
+                .prompts
+                .iter()
+                .map(|p| PromptDescription {
+                    name: p.spec.name.clone(),
+                    description: Some(p.spec.description.clone()),
+                    arguments: p.spec.arguments.clone(),
+                })
+                .collect(),
+        )
     }
 
     /// Reads the MRTR parts of a call: `arguments`, `inputResponses`, `requestState`.
@@ -227,11 +233,8 @@ impl Server {
         input_requests: crate::model::InputRequests,
         state: Option<Value>,
     ) -> Reply {
-        let mut result = json!({"resultType": "input_required", "inputRequests": input_requests});
-        if let Some(state) = state {
-            result["requestState"] = Value::String(self.inner.state_key.seal(name, &state));
-        }
-        result_reply(&ctx.id, result)
+        let state = state.map(|state| self.inner.state_key.seal(name, &state));
+        result_reply(&ctx.id, InputRequiredResult::new(input_requests, state))
     }
 
     /// Starts the root task of a `tools/call`, owned by the caller, with
