@@ -36,7 +36,7 @@ impl Rng {
     }
 
     /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -49,7 +49,7 @@ impl Rng {
         if hi <= lo {
             lo
         } else {
-            lo + self.next() % (hi - lo)
+            lo + self.next_u64() % (hi - lo)
         }
     }
 
@@ -59,12 +59,12 @@ impl Rng {
     ///
     /// If `n` is 0.
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.next_u64() % n as u64) as usize
     }
 
     /// `true` with probability `p`.
     pub fn chance(&mut self, p: f64) -> bool {
-        ((self.next() >> 11) as f64) / ((1u64 << 53) as f64) < p
+        ((self.next_u64() >> 11) as f64) / ((1u64 << 53) as f64) < p
     }
 
     /// One of `items`, `None` when there are none.
@@ -86,7 +86,7 @@ impl Rng {
 
     /// A new generator seeded from this one, for a task of its own.
     pub fn fork(&mut self) -> Rng {
-        Rng(self.next())
+        Rng(self.next_u64())
     }
 }
 
