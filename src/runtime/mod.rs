@@ -36,6 +36,8 @@ mod config;
 mod context;
 mod error;
 mod inner;
+#[cfg(feature = "server")]
+mod owned;
 pub mod persist;
 mod plan;
 mod recovery;
@@ -60,8 +62,10 @@ use crate::core::{Forest, ResultCursor};
 pub use crate::core::{ForestConfig, Limits};
 use crate::model::{CancelOutcome, ClientView, RootOptions};
 use crate::model::{DetailedTask, InputResponses, TaskId};
-use crate::store::{StoreError, TaskStore, Ticket, TreeMeta};
+use crate::store::{StoreError, TaskStore, TreeMeta};
 use inner::Inner;
+#[cfg(feature = "server")]
+pub(crate) use owned::ListPosition;
 pub use recovery::{Launch, RecoveryReport};
 pub use tree::HandlerBody;
 pub use tree::Owner;
@@ -136,40 +140,6 @@ impl Runtime {
         store.wait_durable(ticket).await
     }
 
-    /// Resolves once the store has made `ticket` durable (see
-    /// [`Runtime::get_owned`]); immediate without a store.
-    ///
-    /// # Errors
-    ///
-    /// The store failed: the change may be lost on a crash.
-    ///
-    /// # Cancellation safety
-    ///
-    /// Cancellation safe: dropping the future only stops waiting.
-    pub async fn durable(&self, ticket: Ticket) -> Result<(), StoreError> {
-        let Some(store) = &self.inner.store else {
-            return Ok(());
-        };
-        if store.is_durable(ticket)? {
-            return Ok(());
-        }
-        store.wait_durable(ticket).await
-    }
-
-    /// `tasks/get` in one lookup: the task as `view` sees it if its tree
-    /// belongs to the principal named `owner`, with the ticket to await
-    /// ([`Runtime::durable`]) before showing it. `None` for unknown ids and
-    /// for another principal's (or an unowned) tree, alike.
-    pub fn get_owned(&self, id: TaskId, owner: &str, view: ClientView) -> Option<(DetailedTask, Ticket)> {
-        let tree = self.inner.tree_of(id)?;
-        let st = tree.state.lock();
-        if st.owner.as_ref()?.name() != owner {
-            return None;
-        }
-        let snap = st.forest.snapshot(id, view)?;
-        Some((snap, st.durable.ticket))
-    }
-
     /// The configuration.
     pub fn config(&self) -> &RuntimeConfig {
         &self.inner.config
@@ -183,24 +153,6 @@ impl Runtime {
     {
         self.start_root(None, opts, Box::new(move |ctx| Box::pin(f(ctx))))
             .expect("a root without an owner has no limit to hit")
-    }
-
-    /// Starts `f` as a root task owned by `owner`.
-    ///
-    /// # Errors
-    ///
-    /// `TooManyLiveTasks` when the owner is at its limit.
-    pub fn spawn_owned<F, Fut>(
-        &self,
-        owner: Option<Arc<Owner>>,
-        opts: RootOptions,
-        f: F,
-    ) -> Result<TaskId, RuntimeError>
-    where
-        F: FnOnce(TaskContext) -> Fut + Send + 'static,
-        Fut: Future<Output = HandlerResult> + Send + 'static,
-    {
-        self.start_root(owner, opts, Box::new(move |ctx| Box::pin(f(ctx))))
     }
 
     /// Starts a boxed handler body as a root task owned by `owner`.
@@ -278,19 +230,6 @@ impl Runtime {
             }),
         }
         Ok(id)
-    }
-
-    /// The owner of the tree holding `id` (`None` for unknown ids and
-    /// unowned trees), in O(1).
-    pub fn owner_of(&self, id: TaskId) -> Option<Arc<Owner>> {
-        let tree = self.inner.tree_of(id)?;
-        let st = tree.state.lock();
-        st.owner.clone()
-    }
-
-    /// The root of the tree holding `id`, in O(1).
-    pub fn root_of(&self, id: TaskId) -> Option<TaskId> {
-        self.inner.tree_of(id).map(|t| t.root)
     }
 
     fn tree(&self, id: TaskId) -> Result<Arc<TreeCell>, RuntimeError> {
@@ -499,60 +438,6 @@ impl Runtime {
         })
     }
 
-    /// The tasks of the trees `owner` created, for a 2025-11-25
-    /// `tasks/list`: trees in creation order, each tree's tasks in creation
-    /// order, up to `limit` tasks from `from`, and where the next page
-    /// starts (`None` after the last task). Each page costs O(`limit`) plus
-    /// one short lock of the owner's list per 64 trees; it never visits
-    /// another principal's trees. Trees deleted since the last page are
-    /// skipped; tasks created in a tree already passed appear on no later
-    /// page (a client that follows `childTaskIds` still finds them).
-    pub fn list_owned(
-        &self,
-        owner: &Owner,
-        from: ListPosition,
-        limit: usize,
-        view: ClientView,
-    ) -> (Vec<DetailedTask>, Option<ListPosition>) {
-        let mut out = Vec::new();
-        let mut pos = from;
-        loop {
-            let batch = owner.trees_from(pos.tree, 64);
-            if batch.is_empty() {
-                return (out, None);
-            }
-            for (position, tree) in batch {
-                if position != pos.tree {
-                    pos = ListPosition {
-                        tree: position,
-                        task: 0,
-                    };
-                }
-                let Some(tree) = tree.upgrade() else { continue };
-                // Not yet published (created this instant, not yet
-                // acknowledged): the next page starts at it.
-                if self.inner.tree_of(tree.root).is_none() {
-                    if out.is_empty() {
-                        continue;
-                    }
-                    return (out, Some(pos));
-                }
-                let st = tree.state.lock();
-                for id in st.forest.ids().skip(pos.task as usize) {
-                    if out.len() == limit {
-                        return (out, Some(pos));
-                    }
-                    out.extend(st.forest.snapshot(id, view));
-                    pos.task += 1;
-                }
-            }
-            pos = ListPosition {
-                tree: pos.tree + 1,
-                task: 0,
-            };
-        }
-    }
-
     /// Waits until the task is terminal and returns its final snapshot;
     /// `None` if it does not exist (or its tree is deleted first).
     pub async fn wait(&self, id: TaskId, view: ClientView) -> Option<DetailedTask> {
@@ -564,14 +449,4 @@ impl Runtime {
         }
         last.filter(|t| t.status().is_terminal())
     }
-}
-
-/// Where a page of [`Runtime::list_owned`] starts: a tree's position in its
-/// owner's list and a task's index in that tree's creation order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ListPosition {
-    /// The tree's position in the owner's list (positions start at 1).
-    pub tree: u64,
-    /// The first task of that tree to list.
-    pub task: u32,
 }

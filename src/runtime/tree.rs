@@ -242,6 +242,7 @@ impl Owner {
         }
     }
 
+    #[cfg(feature = "server")]
     /// Up to `max` listed trees from `position` on, in list order.
     pub(crate) fn trees_from(&self, position: u64, max: usize) -> Vec<(u64, Weak<TreeCell>)> {
         self.trees
