@@ -32,7 +32,7 @@ pub use crate::runtime::{
 #[cfg(feature = "server")]
 pub use crate::server::{
     Server, ServerConfig, TaskSupport, ToolCall, ToolOutcome, ToolSpec, check_arguments, error_result,
-    text_result,
+    structured_result, text_result,
 };
 
 #[cfg(feature = "client")]

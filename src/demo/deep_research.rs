@@ -29,9 +29,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::corpus::{self, DOCUMENTS, SubQuestion, focus_of, plan, plan_focus, terms};
-use super::{Args, invalid_params, structured_result};
+use super::{Args, invalid_params};
 use crate::model::{ErrorCode, ErrorObject, JsonObject, TaskId};
 use crate::runtime::{HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError, TaskOutcome};
+use crate::server::structured_result;
 use crate::server::{TaskSupport, ToolCall, ToolOutcome, ToolSpec, error_result};
 
 /// The tool's name.

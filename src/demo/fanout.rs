@@ -20,9 +20,10 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::{Args, invalid_params, structured_result};
+use super::{Args, invalid_params};
 use crate::model::{ErrorCode, ErrorObject, JsonObject};
 use crate::runtime::{HandlerResult, SubtaskOptions, TaskContext, TaskOutcome};
+use crate::server::structured_result;
 use crate::server::{TaskSupport, ToolCall, ToolOutcome, ToolSpec, elicitation};
 
 /// The tool's name.

@@ -35,16 +35,6 @@ pub(crate) fn invalid_params(message: impl Into<String>) -> ErrorObject {
     ErrorObject::new(ErrorCode::INVALID_PARAMS, message)
 }
 
-/// A `CallToolResult` with one text item and `structuredContent`.
-pub(crate) fn structured_result(text: impl Into<String>, structured: Value) -> JsonObject {
-    JsonObject::from_value(serde_json::json!({
-        "content": [{"type": "text", "text": text.into()}],
-        "structuredContent": structured,
-        "isError": false,
-    }))
-    .expect("a literal object")
-}
-
 /// Reads and validates tool arguments, with `-32602` messages that name the
 /// argument and what it must be. `null` counts as absent.
 pub(crate) struct Args<'a> {

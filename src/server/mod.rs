@@ -33,7 +33,7 @@ pub use schema::{ArgumentError, check_arguments};
 pub use schemars;
 pub use tool::{
     PromptSpec, RegisteredPrompt, RegisteredTool, TaskBody, TaskSupport, Tool, ToolCall, ToolOutcome,
-    ToolSpec, elicitation, error_result, text_result,
+    ToolSpec, elicitation, error_result, structured_result, text_result,
 };
 
 use crate::runtime::{RecoveryReport, Runtime};

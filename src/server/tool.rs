@@ -340,6 +340,33 @@ pub fn text_result(text: impl Into<String>) -> JsonObject {
     .expect("a literal object")
 }
 
+/// A `CallToolResult` with one text item and typed `structuredContent`
+/// (what a tool with an `outputSchema` returns).
+///
+/// # Panics
+///
+/// If `structured` does not serialize to a JSON object (a map with
+/// non-string keys, a number): `structuredContent` must be one.
+///
+/// # Examples
+///
+/// ```
+/// #[derive(serde::Serialize)]
+/// struct Count { nodes: u32 }
+/// let r = subtask::server::structured_result("3 nodes", Count { nodes: 3 });
+/// assert_eq!(r["structuredContent"]["nodes"], 3);
+/// ```
+pub fn structured_result(text: impl Into<String>, structured: impl serde::Serialize) -> JsonObject {
+    let structured = serde_json::to_value(structured).expect("structured content serializes");
+    assert!(structured.is_object(), "structuredContent must be a JSON object");
+    JsonObject::from_value(serde_json::json!({
+        "content": [{"type": "text", "text": text.into()}],
+        "structuredContent": structured,
+        "isError": false,
+    }))
+    .expect("a literal object")
+}
+
 /// A `CallToolResult` with one text item and `isError: true`.
 pub fn error_result(text: impl Into<String>) -> JsonObject {
     JsonObject::from_value(serde_json::json!({
