@@ -1,7 +1,10 @@
-//! Property tests of the stores (`subtask::store`): the SQLite backend must
-//! be observably the same store as the in-memory reference, also across a
-//! close and reopen of the file, and what it holds must restore into the
-//! same trees the core had.
+//! Property tests of the stores (`subtask::store`): the SQLite backend and,
+//! with the `postgres` feature, the PostgreSQL backend must be observably
+//! the same store as the in-memory reference, also across a close and
+//! reopen, and what they hold must restore into the same trees the core had.
+//! PostgreSQL is a real server (`SUBTASK_TEST_PG`, started by
+//! `scripts/pg.sh`; each case gets a database of its own); without it the
+//! PostgreSQL cases fail, they do not skip.
 //!
 //! The command sequences are the lifecycle property test's
 //! (`support/commands.rs`), run through its harness, so every step is still
@@ -68,6 +71,12 @@ use subtask::store::{
     Durability, MemoryStore, SqliteConfig, SqliteStore, StoredTree, TaskStore, Ticket, TreeMeta, WriteBatch,
     WriteOp,
 };
+#[cfg(feature = "postgres")]
+use subtask::store::{PostgresConfig, PostgresStore};
+
+#[cfg(feature = "postgres")]
+#[path = "../tests/support/pg.rs"]
+mod pg;
 
 use commands::{Step, Weights, config, steps};
 use harness::Harness;
@@ -117,6 +126,18 @@ impl Open {
     fn store(self, path: &Path) -> Result<SqliteStore, String> {
         SqliteStore::open(self.config(path))
             .map_err(|e| format!("opening {} ({self:?}): {e}", path.display()))
+    }
+
+    /// The same choices for the PostgreSQL store on the database `url`.
+    #[cfg(feature = "postgres")]
+    fn pg(self, url: &str) -> Result<PostgresStore, String> {
+        let sqlite = self.config(Path::new(""));
+        PostgresStore::open(PostgresConfig {
+            durability: sqlite.durability,
+            max_batches_per_commit: sqlite.max_batches_per_commit,
+            ..PostgresConfig::new(url)
+        })
+        .map_err(|e| format!("opening PostgreSQL ({self:?}): {e}"))
     }
 }
 
@@ -266,8 +287,9 @@ impl Written {
             let version = *version;
             for op in &mut ops {
                 match op {
+                    // The version stays as the runtime writes it (0): the
+                    // store must set the batch's, as it does for the runtime.
                     WriteOp::PutTask(t) => {
-                        t.version = version;
                         self.last_write.insert(t.id, version);
                     }
                     WriteOp::DeleteTree(r) => {
@@ -302,12 +324,13 @@ fn load(store: &dyn TaskStore, what: &str) -> Result<Vec<StoredTree>, String> {
         .map_err(|e| format!("{what}: load failed: {e}"))
 }
 
-/// The first difference between two normalized loads, in words.
-fn diff(a: &[StoredTree], b: &[StoredTree]) -> Option<String> {
+/// The first difference between two normalized loads (memory's and the
+/// store named `other`'s), in words.
+fn diff_named(a: &[StoredTree], b: &[StoredTree], other: &str) -> Option<String> {
     let roots = |t: &[StoredTree]| t.iter().map(|t| t.meta.root).collect::<Vec<_>>();
     if roots(a) != roots(b) {
         return Some(format!(
-            "trees differ:\n memory {:?}\n sqlite {:?}",
+            "trees differ:\n memory {:?}\n {other} {:?}",
             roots(a),
             roots(b)
         ));
@@ -327,7 +350,7 @@ fn diff(a: &[StoredTree], b: &[StoredTree]) -> Option<String> {
         }
         for (s, t) in x.tasks.iter().zip(&y.tasks) {
             if s != t {
-                return Some(format!("task {}:\n memory {s:?}\n sqlite {t:?}", s.id));
+                return Some(format!("task {}:\n memory {s:?}\n {other} {t:?}", s.id));
             }
         }
     }
@@ -339,22 +362,33 @@ fn diff(a: &[StoredTree], b: &[StoredTree]) -> Option<String> {
 /// restored and the size of the largest tree.
 fn compare(
     mem: &MemoryStore,
-    sql: &SqliteStore,
+    sql: &dyn TaskStore,
+    forest: &Forest,
+    written: &Written,
+) -> Result<(usize, usize), String> {
+    compare_named(mem, sql, "sqlite", forest, written)
+}
+
+/// [`compare`] for the store named `name`.
+fn compare_named(
+    mem: &MemoryStore,
+    sql: &dyn TaskStore,
+    name: &str,
     forest: &Forest,
     written: &Written,
 ) -> Result<(usize, usize), String> {
     let a = load(mem, "memory")?;
-    let b = load(sql, "sqlite")?;
-    if let Some(d) = diff(&a, &b) {
+    let b = load(sql, name)?;
+    if let Some(d) = diff_named(&a, &b, name) {
         return Err(format!(
-            "memory and sqlite disagree after {} batches: {d}",
+            "memory and {name} disagree after {} batches: {d}",
             written.seen.batches
         ));
     }
     for id in written.ids.iter().copied().chain([TaskId::from_u128(42)]) {
         let (x, y) = (mem.get(id), sql.get(id));
         if x != y {
-            return Err(format!("get({id}): memory {x:?}, sqlite {y:?}"));
+            return Err(format!("get({id}): memory {x:?}, {name} {y:?}"));
         }
     }
     check_against_forest(&b, forest, written, None)
@@ -516,6 +550,9 @@ struct Sink {
     written: Written,
     mem: MemoryStore,
     sql: Option<SqliteStore>,
+    /// The PostgreSQL store and its database.
+    #[cfg(feature = "postgres")]
+    pg: Option<(PostgresStore, String)>,
 }
 
 fn run_sequence(
@@ -531,6 +568,11 @@ fn run_sequence(
         written: Written::default(),
         mem: MemoryStore::new(),
         sql: Some(first.store(&path).map_err(TestCaseError::fail)?),
+        #[cfg(feature = "postgres")]
+        pg: {
+            let url = pg::fresh_database();
+            Some((first.pg(&url).map_err(TestCaseError::fail)?, url))
+        },
     }));
     let mut h = Harness::new(cfg);
     {
@@ -540,6 +582,8 @@ fn run_sequence(
             let batches = s.written.batches(forest, effects);
             for b in batches {
                 s.mem.submit(b.clone());
+                #[cfg(feature = "postgres")]
+                s.pg.as_ref().expect("open").0.submit(b.clone());
                 s.sql.as_ref().expect("open").submit(b);
             }
         }));
@@ -553,6 +597,23 @@ fn run_sequence(
         let s = &mut *s;
         let compared = compare(&s.mem, s.sql.as_ref().expect("open"), &h.forest, &s.written)?;
         s.written.seen.note(compared);
+        #[cfg(feature = "postgres")]
+        {
+            let (pg, url) = s.pg.take().expect("open");
+            compare_named(&s.mem, &pg, "postgres", &h.forest, &s.written)?;
+            let pg = match reopen {
+                Some(open) => {
+                    pg.flush().map_err(|e| format!("postgres flush: {e}"))?;
+                    drop(pg); // joins the writer, closes the connection, frees the lock
+                    let pg = open.pg(&url)?;
+                    compare_named(&s.mem, &pg, "postgres", &h.forest, &s.written)
+                        .map_err(|e| format!("after reopening PostgreSQL with {open:?}: {e}"))?;
+                    pg
+                }
+                None => pg,
+            };
+            s.pg = Some((pg, url));
+        }
         if let Some(open) = reopen {
             s.sql
                 .as_ref()
@@ -589,7 +650,7 @@ proptest! {
     /// Memory and SQLite hold the same trees after every sequence, at random
     /// points in it and across reopens; both are the live forest.
     #[test]
-    fn sqlite_matches_memory_and_the_forest(
+    fn sqlite_and_postgres_match_memory_and_the_forest(
         cfg in config(),
         steps in sequences(200),
         first in open_cfg(),
@@ -646,7 +707,7 @@ struct ThreadLog {
 fn writer_thread(
     cfg: ForestConfig,
     steps: &[Step],
-    sql: &Arc<SqliteStore>,
+    sql: &Arc<dyn TaskStore>,
     start: &Barrier,
 ) -> Result<ThreadLog, String> {
     let log: Rc<RefCell<ThreadLog>> = Rc::default();
@@ -667,7 +728,7 @@ fn writer_thread(
     for step in steps {
         h.step(step).map_err(|m| h.report(&m))?;
     }
-    let stored = load(&**sql, "sqlite (concurrent)")?;
+    let stored = load(&**sql, &format!("{} (concurrent)", sql.describe()))?;
     {
         let l = log.borrow();
         let roots: Vec<TaskId> = l.written.versions.keys().copied().collect();
@@ -679,14 +740,32 @@ fn writer_thread(
         .into_inner())
 }
 
+/// Which backend the concurrent property writes to.
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    Sqlite,
+    #[cfg(feature = "postgres")]
+    Postgres,
+}
+
 fn concurrent(
     threads: Vec<(ForestConfig, Vec<Step>)>,
     open: Open,
     reopen: Open,
+    backend: Backend,
 ) -> Result<(), TestCaseError> {
     let dir = TempDir::new("prop-store-mt");
     let path = dir.db();
-    let sql = Arc::new(open.store(&path).map_err(TestCaseError::fail)?);
+    #[cfg(feature = "postgres")]
+    let url = matches!(backend, Backend::Postgres).then(pg::fresh_database);
+    let opener = |o: Open| -> Result<Arc<dyn TaskStore>, String> {
+        match backend {
+            Backend::Sqlite => Ok(Arc::new(o.store(&path)?)),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => Ok(Arc::new(o.pg(url.as_deref().expect("a database"))?)),
+        }
+    };
+    let sql = opener(open).map_err(TestCaseError::fail)?;
     let start = Barrier::new(threads.len());
     let results: Vec<Result<ThreadLog, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = threads
@@ -750,17 +829,17 @@ fn concurrent(
         }
     }
     let want = load(&mem, "memory").map_err(TestCaseError::fail)?;
-    let got = load(&*sql, "sqlite").map_err(TestCaseError::fail)?;
-    if let Some(d) = diff(&want, &got) {
+    let got = load(&*sql, &format!("{backend:?}")).map_err(TestCaseError::fail)?;
+    if let Some(d) = diff_named(&want, &got, &format!("{backend:?}")) {
         return Err(TestCaseError::fail(format!("after concurrent writers: {d}")));
     }
     // The writer threads' hooks are gone: this is the last handle, and
-    // dropping it closes the file.
-    let sql = Arc::try_unwrap(sql).map_err(|_| TestCaseError::fail("the store is still shared"))?;
+    // dropping it closes the store (the file, or the connection and its lock).
+    prop_assert_eq!(Arc::strong_count(&sql), 1, "the store is still shared");
     drop(sql);
-    let sql = reopen.store(&path).map_err(TestCaseError::fail)?;
-    let got = load(&sql, "sqlite (reopened)").map_err(TestCaseError::fail)?;
-    if let Some(d) = diff(&want, &got) {
+    let sql = opener(reopen).map_err(TestCaseError::fail)?;
+    let got = load(&*sql, &format!("{backend:?} (reopened)")).map_err(TestCaseError::fail)?;
+    if let Some(d) = diff_named(&want, &got, &format!("{backend:?}")) {
         return Err(TestCaseError::fail(format!(
             "after reopening with {reopen:?}: {d}"
         )));
@@ -784,6 +863,17 @@ proptest! {
         open in open_cfg(),
         reopen in open_cfg(),
     ) {
-        concurrent(threads, open, reopen)?;
+        concurrent(threads, open, reopen, Backend::Sqlite)?;
+    }
+
+    /// The same with the PostgreSQL store on a database of its own.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn concurrent_writers_group_commit_postgres(
+        threads in prop::collection::vec((config(), sequences(150)), 2..=4),
+        open in open_cfg(),
+        reopen in open_cfg(),
+    ) {
+        concurrent(threads, open, reopen, Backend::Postgres)?;
     }
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The project's test command: everything a fresh machine needs, in one place.
-# Later layers (PostgreSQL) add their steps here.
+# The project's test command: everything a fresh machine needs, in one place
+# (a PostgreSQL server included: scripts/pg.sh installs and starts one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,13 +19,18 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --all-targets --all-features -- -D warnings
 
+echo "== PostgreSQL for the tests (scripts/pg.sh: Debian's package, a throwaway server)"
+. scripts/pg.sh
+trap pg_stop EXIT
+pg_start
+
 echo "== cargo test"
 cargo test --all-features
 
 echo "== feature combinations: runtime only, server without sqlite, client only, rmcp adapter"
 # A runtime-only user builds none of the server, client, store or CLI stacks.
 runtime_deps="$(cargo tree --no-default-features -e normal --prefix none | awk '{print $1}' | sort -u)"
-for heavy in axum reqwest rusqlite clap petgraph terminal_size tracing-subscriber; do
+for heavy in axum reqwest rusqlite postgres tokio-postgres clap petgraph terminal_size tracing-subscriber; do
   if grep -qx "$heavy" <<<"$runtime_deps"; then
     echo "the runtime-only build (--no-default-features) depends on $heavy" >&2
     exit 1

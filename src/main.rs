@@ -22,7 +22,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use subtask::runtime::{Runtime, RuntimeConfig};
 use subtask::server::{Server, ServerConfig, TokenTable};
-use subtask::store::{Durability, SqliteConfig, SqliteStore, TaskStore};
+use subtask::store::{Durability, PostgresConfig, PostgresStore, SqliteConfig, SqliteStore, TaskStore};
 
 /// subtask: hierarchical, long-running MCP tasks with subtasks, steering and pause/resume.
 #[derive(Debug, Parser)]
@@ -49,14 +49,16 @@ enum Command {
         /// Extra host names accepted in Host/Origin headers (loopback always is).
         #[arg(long = "allow-host")]
         allow_hosts: Vec<String>,
-        /// The SQLite database tasks are kept in (created if missing).
+        /// Where tasks are kept: a SQLite file (created if missing), or a
+        /// PostgreSQL database as `postgres://USER@HOST:PORT/DB`.
         #[arg(long, default_value = "subtask.db", conflicts_with = "memory")]
-        db: PathBuf,
+        db: String,
         /// Keep tasks in memory only: nothing survives a restart.
         #[arg(long)]
         memory: bool,
         /// `full`: fsync every group commit (survives power loss);
-        /// `relaxed`: fsync at checkpoints (survives a process crash only).
+        /// `relaxed`: fsync at checkpoints, or PostgreSQL's
+        /// `synchronous_commit = off` (survives a process crash only).
         #[arg(long, default_value = "full", value_parser = ["full", "relaxed"])]
         durability: String,
     },
@@ -135,10 +137,19 @@ fn main() -> ExitCode {
                     "relaxed" => Durability::Relaxed,
                     _ => Durability::Full,
                 };
-                Some(SqliteConfig {
-                    durability,
-                    ..SqliteConfig::new(db)
-                })
+                Some(
+                    if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+                        StoreChoice::Postgres(PostgresConfig {
+                            durability,
+                            ..PostgresConfig::new(db)
+                        })
+                    } else {
+                        StoreChoice::Sqlite(SqliteConfig {
+                            durability,
+                            ..SqliteConfig::new(db)
+                        })
+                    },
+                )
             };
             let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,
@@ -158,12 +169,35 @@ fn main() -> ExitCode {
     }
 }
 
+/// The store `--db` names.
+enum StoreChoice {
+    Sqlite(SqliteConfig),
+    Postgres(PostgresConfig),
+}
+
+impl StoreChoice {
+    /// Opens it (blocking: connects, migrates, starts the writer).
+    fn open(self) -> Result<Arc<dyn TaskStore>, String> {
+        match self {
+            StoreChoice::Sqlite(cfg) => {
+                let path = cfg.path.clone();
+                SqliteStore::open(cfg)
+                    .map(|s| Arc::new(s) as Arc<dyn TaskStore>)
+                    .map_err(|e| format!("cannot open the task database {}: {e}", path.display()))
+            }
+            StoreChoice::Postgres(cfg) => PostgresStore::open(cfg)
+                .map(|s| Arc::new(s) as Arc<dyn TaskStore>)
+                .map_err(|e| format!("cannot open the PostgreSQL task database: {e}")),
+        }
+    }
+}
+
 async fn serve(
     listen: SocketAddr,
     tokens: Option<PathBuf>,
     stdio: bool,
     allow_hosts: Vec<String>,
-    store: Option<SqliteConfig>,
+    store: Option<StoreChoice>,
 ) -> Result<(), String> {
     let mut config = ServerConfig {
         allowed_hosts: allow_hosts,
@@ -189,14 +223,12 @@ async fn serve(
             tracing::warn!("--memory: tasks are kept in memory only and are lost when the server stops");
             Runtime::new(RuntimeConfig::default())
         }
-        Some(cfg) => {
-            let path = cfg.path.clone();
-            let store = tokio::task::spawn_blocking(move || SqliteStore::open(cfg))
+        Some(choice) => {
+            let store = tokio::task::spawn_blocking(move || choice.open())
                 .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("cannot open the task database {}: {e}", path.display()))?;
+                .map_err(|e| e.to_string())??;
             tracing::info!(store = %store.describe(), "tasks are durable");
-            Runtime::with_store(RuntimeConfig::default(), Arc::new(store))
+            Runtime::with_store(RuntimeConfig::default(), store)
         }
     };
     let server = subtask::demo::register(Server::builder(runtime, config)).build();

@@ -10,7 +10,8 @@
 //! commit).
 //!
 //! Backends: [`MemoryStore`] (nothing survives the process; the reference
-//! for the property tests) and [`SqliteStore`] (the embedded default).
+//! for the property tests), `SqliteStore` (the embedded default, feature
+//! `sqlite`) and `PostgresStore` (feature `postgres`).
 //!
 //! # Contract
 //!
@@ -34,6 +35,8 @@
 //!   multi-instance backend uses them to refuse a stale writer.
 
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
@@ -47,6 +50,8 @@ use serde_json::Value;
 use std::task::{Poll, Waker};
 
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::{PG_SCHEMA_VERSION, PostgresConfig, PostgresStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteConfig, SqliteStore};
 

@@ -2,6 +2,10 @@
 //! with `mod support;`; each part is there when the features it needs are.
 #[cfg(feature = "server")]
 pub mod http;
+#[cfg(feature = "postgres")]
+pub mod pg;
 #[cfg(feature = "cli")]
 pub mod process;
 pub mod seed;
+#[cfg(feature = "cli")]
+pub mod tempdir;

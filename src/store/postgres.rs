@@ -1,0 +1,584 @@
+//! The PostgreSQL store (feature `postgres`): the same contract as the
+//! SQLite store, on a server operators already run and replicate.
+//!
+//! A writer thread owns one connection (the synchronous `postgres` client)
+//! and commits every batch queued meanwhile in one transaction: the group is
+//! folded first (the last record of each task wins, a deleted tree's records
+//! are dropped) and written with one multi-row statement per kind (`unnest`
+//! of arrays), so a group of a thousand creates is three round trips. With
+//! [`Durability::Full`] the commit waits for PostgreSQL's WAL flush
+//! (`synchronous_commit = on`, PostgreSQL's own group commit joins
+//! concurrent flushes); [`Durability::Relaxed`] sets it `off`.
+//!
+//! Schema (version 1), in the database's current schema:
+//! `subtask_tasks(seq, id, root, parent, position, version, state, owner,
+//! resumable, launch)`, one row per task, the tree's metadata on its root's
+//! row (as in SQLite), `id` the primary key, an index on `root` for
+//! deletion; `subtask_schema(version)` holds the schema version. Migrations
+//! run in one transaction under an advisory lock.
+//!
+//! One process writes a database at a time: the store holds a session-level
+//! advisory lock from open to drop, and a second store on the same database
+//! is refused with [`StoreError::Locked`] (several instances on one database
+//! are the scale-out's, `docs/scale-out.md`).
+//!
+//! A failed commit (the server went away, a constraint broke) fails its
+//! tickets and every later one, as the store contract says: the store keeps
+//! no state it cannot write.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use parking_lot::{Condvar, Mutex};
+use postgres::{Client, NoTls};
+
+use super::{
+    Durability, StoreError, StoredTask, StoredTree, TaskStore, Ticket, TreeMeta, Watermark, WriteBatch,
+    WriteOp,
+};
+use crate::model::{IdMap, TaskId};
+
+/// Schema migrations; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &["
+    CREATE TABLE subtask_tasks (
+        seq       BIGSERIAL NOT NULL,
+        id        UUID PRIMARY KEY,
+        root      UUID NOT NULL,
+        parent    UUID,
+        position  INTEGER NOT NULL,
+        version   BIGINT NOT NULL,
+        state     TEXT NOT NULL,
+        owner     TEXT,
+        resumable BOOLEAN,
+        launch    TEXT
+    );
+    CREATE INDEX subtask_tasks_root ON subtask_tasks (root);
+"];
+
+/// The schema version this build writes.
+pub const PG_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// The advisory lock key of a subtask database ("sbtk" as a number).
+const LOCK_KEY: i64 = 0x7362_746b;
+
+/// Configuration of a [`PostgresStore`].
+#[derive(Debug, Clone)]
+pub struct PostgresConfig {
+    /// A libpq-style URL or key/value string: `postgres://user@host:port/db`.
+    pub url: String,
+    /// Wait for the WAL flush at every commit, or not.
+    pub durability: Durability,
+    /// At most this many batches share one transaction; `1` is one commit
+    /// per batch (the baseline group commit is measured against).
+    pub max_batches_per_commit: usize,
+    /// How long to wait for the server when connecting.
+    pub connect_timeout: Duration,
+}
+
+impl PostgresConfig {
+    /// Full durability and unbounded group commit on `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        PostgresConfig {
+            url: url.into(),
+            durability: Durability::Full,
+            max_batches_per_commit: usize::MAX,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+type ReadJob = Box<dyn FnOnce(&mut Client) + Send>;
+
+enum Job {
+    Write(u64, WriteBatch),
+    Read(ReadJob),
+}
+
+#[derive(Default)]
+struct Queue {
+    next: u64,
+    pending: VecDeque<Job>,
+    closing: bool,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    mark: Arc<Watermark>,
+}
+
+/// The PostgreSQL store: see the [module](self) documentation.
+pub struct PostgresStore {
+    shared: Arc<Shared>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    describe: String,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe)
+    }
+}
+
+fn io(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Io(e.to_string())
+}
+
+/// The URL without its password, for logs and errors.
+fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}{}", &url[..scheme + 3], &url[at..])
+        }
+        (Some(_), _) => url.to_owned(),
+        // key=value form
+        (None, _) => url
+            .split_whitespace()
+            .map(|kv| {
+                if kv.starts_with("password=") {
+                    "password=…"
+                } else {
+                    kv
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
+}
+
+fn uuid(id: TaskId) -> uuid::Uuid {
+    uuid::Uuid::from_u128(id.as_u128())
+}
+
+fn task_id(u: uuid::Uuid) -> TaskId {
+    TaskId::from_u128(u.as_u128())
+}
+
+impl PostgresStore {
+    /// Connects, takes the database's writer lock, migrates the schema and
+    /// starts the writer thread.
+    ///
+    /// # Errors
+    ///
+    /// The server cannot be reached ([`StoreError::Io`]); another process
+    /// writes the database ([`StoreError::Locked`]); the schema is newer than
+    /// this build's ([`StoreError::NewerSchema`]).
+    pub fn open(config: PostgresConfig) -> Result<PostgresStore, StoreError> {
+        let shown = redacted(&config.url);
+        let mut pg: postgres::Config = config
+            .url
+            .parse()
+            .map_err(|e| io(format!("{shown}: not a PostgreSQL URL: {e}")))?;
+        pg.connect_timeout(config.connect_timeout);
+        pg.application_name("subtask");
+        let mut client = pg.connect(NoTls).map_err(|e| io(format!("{shown}: {e}")))?;
+        let locked: bool = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&LOCK_KEY])
+            .map_err(|e| io(format!("{shown}: {e}")))?
+            .get(0);
+        if !locked {
+            return Err(StoreError::Locked(format!(
+                "{shown} is used by another subtask process (advisory lock {LOCK_KEY:#x})"
+            )));
+        }
+        migrate(&mut client, &shown)?;
+        let sync = match config.durability {
+            Durability::Full => "on",
+            Durability::Relaxed => "off",
+        };
+        client
+            .batch_execute(&format!("SET synchronous_commit = {sync}"))
+            .map_err(|e| io(format!("{shown}: {e}")))?;
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            mark: Watermark::new(),
+        });
+        let max = config.max_batches_per_commit.max(1);
+        let writer = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("subtask-pg".into())
+                .spawn(move || writer_loop(client, &shared, max))
+                .map_err(io)?
+        };
+        let describe = format!(
+            "{shown} ({})",
+            match config.durability {
+                Durability::Full => "WAL flush per group commit",
+                Durability::Relaxed => "relaxed: synchronous_commit off",
+            }
+        );
+        Ok(PostgresStore {
+            shared,
+            writer: Mutex::new(Some(writer)),
+            describe,
+        })
+    }
+
+    /// Runs `f` on the writer's connection after every batch submitted
+    /// before, and waits for its answer.
+    fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Client) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        {
+            let mut q = self.shared.queue.lock();
+            if q.closing {
+                return Err(StoreError::Failed("the store is closed".into()));
+            }
+            q.pending.push_back(Job::Read(Box::new(move |c| {
+                let _ = tx.send(f(c));
+            })));
+        }
+        self.shared.wake.notify_one();
+        rx.recv()
+            .map_err(|_| StoreError::Failed("the store's writer thread stopped".into()))?
+    }
+
+    /// Waits until every batch submitted so far is durable (blocking).
+    ///
+    /// # Errors
+    ///
+    /// The store failed.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.shared.mark.wait_blocking(self.last_ticket())
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        self.shared.queue.lock().closing = true;
+        self.shared.wake.notify_all();
+        if let Some(h) = self.writer.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Creates or upgrades the schema in one transaction, under a transaction
+/// advisory lock so that two starting processes do not both migrate.
+fn migrate(client: &mut Client, shown: &str) -> Result<(), StoreError> {
+    let e = |x: postgres::Error| io(format!("{shown}: {x}"));
+    let mut tx = client.transaction().map_err(e)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&(LOCK_KEY + 1)])
+        .map_err(e)?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS subtask_schema (version BIGINT NOT NULL)")
+        .map_err(e)?;
+    let found: Option<i64> = tx
+        .query_opt("SELECT max(version) FROM subtask_schema", &[])
+        .map_err(e)?
+        .and_then(|r| r.get(0));
+    let found = found.unwrap_or(0);
+    if found > PG_SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            found,
+            supported: PG_SCHEMA_VERSION,
+        });
+    }
+    for (i, step) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        tx.batch_execute(step).map_err(e)?;
+        let version = i as i64 + 1;
+        tx.execute("DELETE FROM subtask_schema", &[]).map_err(e)?;
+        tx.execute("INSERT INTO subtask_schema (version) VALUES ($1)", &[&version])
+            .map_err(e)?;
+    }
+    tx.commit().map_err(e)
+}
+
+/// A group folded into what the database must end up with.
+#[derive(Default)]
+struct Folded {
+    deleted: Vec<uuid::Uuid>,
+    /// The last record of each task, in first-write order.
+    tasks: Vec<(StoredTask, Option<TreeMeta>)>,
+}
+
+fn fold(group: &[(u64, WriteBatch)]) -> Folded {
+    let mut out = Folded::default();
+    let mut at: IdMap<usize> = IdMap::default();
+    let mut metas: IdMap<TreeMeta> = IdMap::default();
+    let mut gone: IdMap<()> = IdMap::default();
+    for (_, batch) in group {
+        for op in &batch.ops {
+            match op {
+                WriteOp::PutTree(meta) => {
+                    metas.insert(meta.root, meta.clone());
+                }
+                WriteOp::PutTask(task) => {
+                    let mut task = task.clone();
+                    task.version = batch.version;
+                    let meta = if task.parent.is_none() {
+                        metas.remove(&task.id)
+                    } else {
+                        None
+                    };
+                    match at.get(&task.id) {
+                        Some(&i) => {
+                            let slot = &mut out.tasks[i];
+                            slot.1 = meta.or(slot.1.take());
+                            slot.0 = task;
+                        }
+                        None => {
+                            at.insert(task.id, out.tasks.len());
+                            out.tasks.push((task, meta));
+                        }
+                    }
+                }
+                WriteOp::DeleteTree(root) => {
+                    gone.insert(*root, ());
+                    out.deleted.push(uuid(*root));
+                }
+            }
+        }
+    }
+    // A tree deleted in this group writes nothing more (its ids never come back).
+    out.tasks.retain(|(t, _)| !gone.contains_key(&t.root));
+    out
+}
+
+fn commit(client: &mut Client, group: &[(u64, WriteBatch)]) -> Result<(), postgres::Error> {
+    let f = fold(group);
+    let mut tx = client.transaction()?;
+    if !f.deleted.is_empty() {
+        tx.execute("DELETE FROM subtask_tasks WHERE root = ANY($1)", &[&f.deleted])?;
+    }
+    if !f.tasks.is_empty() {
+        let n = f.tasks.len();
+        let (mut id, mut root, mut parent) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut position, mut version, mut state) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut owner, mut resumable, mut launch) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for (t, meta) in &f.tasks {
+            id.push(uuid(t.id));
+            root.push(uuid(t.root));
+            parent.push(t.parent.map(uuid));
+            position.push(i32::try_from(t.position).unwrap_or(i32::MAX));
+            version.push(i64::try_from(t.version).unwrap_or(i64::MAX));
+            state.push(t.state.as_str());
+            owner.push(meta.as_ref().and_then(|m| m.owner.clone()));
+            resumable.push(meta.as_ref().map(|m| m.resumable));
+            launch.push(
+                meta.as_ref()
+                    .and_then(|m| m.launch.as_ref().map(ToString::to_string)),
+            );
+        }
+        // Position, root and parent never change after the first write (I1,
+        // I2); the metadata comes with the root's first record (`resumable`
+        // is set exactly when a record carries it).
+        tx.execute(
+            "INSERT INTO subtask_tasks (id, root, parent, position, version, state, owner, resumable, launch)
+             SELECT id, root, parent, position, version, state, owner, resumable, launch
+             FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::int[], $5::bigint[], $6::text[],
+                         $7::text[], $8::bool[], $9::text[])
+                  AS u(id, root, parent, position, version, state, owner, resumable, launch)
+             ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, state = EXCLUDED.state,
+                 owner = CASE WHEN EXCLUDED.resumable IS NULL THEN subtask_tasks.owner ELSE EXCLUDED.owner END,
+                 resumable = COALESCE(EXCLUDED.resumable, subtask_tasks.resumable),
+                 launch = CASE WHEN EXCLUDED.resumable IS NULL THEN subtask_tasks.launch ELSE EXCLUDED.launch END",
+            &[
+                &id, &root, &parent, &position, &version, &state, &owner, &resumable, &launch,
+            ],
+        )?;
+    }
+    tx.commit()
+}
+
+fn take(q: &mut Queue, group: &mut Vec<(u64, WriteBatch)>, max: usize) -> Option<ReadJob> {
+    while group.len() < max {
+        match q.pending.pop_front() {
+            Some(Job::Write(t, b)) => group.push((t, b)),
+            Some(Job::Read(r)) if group.is_empty() => return Some(r),
+            Some(job @ Job::Read(_)) => {
+                q.pending.push_front(job);
+                return None;
+            }
+            None => return None,
+        }
+    }
+    None
+}
+
+fn writer_loop(mut client: Client, shared: &Shared, max: usize) {
+    let mut group: Vec<(u64, WriteBatch)> = Vec::new();
+    let mut failed = false;
+    loop {
+        let read = {
+            let mut q = shared.queue.lock();
+            while q.pending.is_empty() && !q.closing {
+                shared.wake.wait(&mut q);
+            }
+            if q.pending.is_empty() {
+                return;
+            }
+            take(&mut q, &mut group, max)
+        };
+        if let Some(read) = read {
+            read(&mut client);
+            continue;
+        }
+        let (Some(first), Some(last)) = (group.first().map(|g| g.0), group.last().map(|g| g.0)) else {
+            continue;
+        };
+        if failed {
+            group.clear();
+            continue;
+        }
+        match commit(&mut client, &group) {
+            Ok(()) => shared.mark.advance(Ticket(last)),
+            Err(e) => {
+                tracing::error!(error = %e, "a PostgreSQL commit failed; no further writes are accepted");
+                failed = true;
+                shared.mark.fail(Ticket(first), io(e));
+            }
+        }
+        group.clear();
+    }
+}
+
+type TaskRow = (uuid::Uuid, uuid::Uuid, Option<uuid::Uuid>, i32, i64, String);
+
+fn to_task((id, root, parent, position, version, state): TaskRow) -> Result<StoredTask, StoreError> {
+    Ok(StoredTask {
+        id: task_id(id),
+        root: task_id(root),
+        parent: parent.map(task_id),
+        position: u32::try_from(position)
+            .map_err(|_| StoreError::Corrupt(format!("task {id}: negative position {position}")))?,
+        version: u64::try_from(version)
+            .map_err(|_| StoreError::Corrupt(format!("task {id}: negative version {version}")))?,
+        state,
+    })
+}
+
+fn row_task(r: &postgres::Row) -> TaskRow {
+    (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5))
+}
+
+impl TaskStore for PostgresStore {
+    fn submit(&self, batch: WriteBatch) -> Ticket {
+        let t = {
+            let mut q = self.shared.queue.lock();
+            q.next += 1;
+            let t = q.next;
+            q.pending.push_back(Job::Write(t, batch));
+            t
+        };
+        self.shared.wake.notify_one();
+        Ticket(t)
+    }
+
+    fn is_durable(&self, ticket: Ticket) -> Result<bool, StoreError> {
+        self.shared.mark.check(ticket)
+    }
+
+    fn wait_durable(&self, ticket: Ticket) -> BoxFuture<'static, Result<(), StoreError>> {
+        Box::pin(self.shared.mark.clone().wait(ticket))
+    }
+
+    fn last_ticket(&self) -> Ticket {
+        Ticket(self.shared.queue.lock().next)
+    }
+
+    fn load(&self) -> Result<Vec<StoredTree>, StoreError> {
+        self.read(|client| {
+            let rows = client
+                .query(
+                    "SELECT id, root, parent, position, version, state, owner, resumable, launch
+                     FROM subtask_tasks ORDER BY seq",
+                    &[],
+                )
+                .map_err(io)?;
+            let mut order: Vec<TaskId> = Vec::new();
+            let mut trees: IdMap<(Option<TreeMeta>, Vec<StoredTask>)> = IdMap::default();
+            for r in &rows {
+                let task = to_task(row_task(r))?;
+                let entry = trees.entry(task.root).or_insert_with(|| {
+                    order.push(task.root);
+                    (None, Vec::new())
+                });
+                if task.parent.is_none() {
+                    let launch = r
+                        .get::<_, Option<String>>(8)
+                        .map(|l| serde_json::from_str(&l))
+                        .transpose()
+                        .map_err(|x| {
+                            StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root))
+                        })?;
+                    entry.0 = Some(TreeMeta {
+                        root: task.root,
+                        owner: r.get(6),
+                        resumable: r.get::<_, Option<bool>>(7).unwrap_or(false),
+                        launch,
+                    });
+                }
+                entry.1.push(task);
+            }
+            let mut out = Vec::with_capacity(order.len());
+            for root in order {
+                let (meta, tasks) = trees.remove(&root).expect("listed");
+                // A tree without its root row is reported by the restore,
+                // which names what is missing.
+                let meta = meta.unwrap_or(TreeMeta {
+                    root,
+                    owner: None,
+                    resumable: false,
+                    launch: None,
+                });
+                out.push(StoredTree { meta, tasks });
+            }
+            Ok(out)
+        })
+    }
+
+    fn get(&self, id: TaskId) -> Result<Option<StoredTask>, StoreError> {
+        self.read(move |client| {
+            let row = client
+                .query_opt(
+                    "SELECT id, root, parent, position, version, state FROM subtask_tasks WHERE id = $1",
+                    &[&uuid(id)],
+                )
+                .map_err(io)?;
+            row.map(|r| to_task(row_task(&r))).transpose()
+        })
+    }
+
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_never_reaches_a_log() {
+        assert_eq!(
+            redacted("postgres://ann:secret@db:5432/x"),
+            "postgres://ann@db:5432/x"
+        );
+        assert_eq!(redacted("postgres://ann@db/x"), "postgres://ann@db/x");
+        assert_eq!(
+            redacted("host=db user=ann password=x"),
+            "host=db user=ann password=…"
+        );
+    }
+}

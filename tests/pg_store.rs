@@ -1,0 +1,155 @@
+//! The PostgreSQL store against a real server (`scripts/pg.sh` starts it;
+//! without `SUBTASK_TEST_PG` these tests fail, they never skip): the
+//! database's writer lock, a newer schema refused, an unreachable server
+//! named without its password, and the real `subtask serve --db postgres://`
+//! killed with SIGKILL and restarted on the same database.
+//!
+//! That the store holds exactly what the memory and SQLite stores hold,
+//! across reopens and under concurrent writers, is `prop_store`'s.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use subtask::store::{PG_SCHEMA_VERSION, PostgresConfig, PostgresStore, StoreError, TaskStore};
+use support::http::{Client, child_ids, is_terminal, text};
+use support::pg::fresh_database;
+use support::process::{ServerProcess, private_binary};
+use support::tempdir::TempDir;
+
+const GUARD: Duration = Duration::from_secs(60);
+
+#[test]
+fn a_second_process_on_one_database_is_refused() {
+    let url = fresh_database();
+    let first = PostgresStore::open(PostgresConfig::new(&url)).expect("opens");
+    let second = PostgresStore::open(PostgresConfig::new(&url)).expect_err("refused");
+    assert!(matches!(second, StoreError::Locked(_)), "{second}");
+    assert!(
+        second.to_string().contains("used by another subtask process"),
+        "{second}"
+    );
+    drop(first);
+    // The lock goes with the connection.
+    PostgresStore::open(PostgresConfig::new(&url)).expect("opens once the first is closed");
+}
+
+#[test]
+fn a_newer_schema_is_refused_and_nothing_is_written() {
+    let url = fresh_database();
+    drop(PostgresStore::open(PostgresConfig::new(&url)).expect("creates the schema"));
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    client
+        .execute(
+            "UPDATE subtask_schema SET version = $1",
+            &[&(PG_SCHEMA_VERSION + 5)],
+        )
+        .unwrap();
+    let e = PostgresStore::open(PostgresConfig::new(&url)).expect_err("refused");
+    assert_eq!(
+        e,
+        StoreError::NewerSchema {
+            found: PG_SCHEMA_VERSION + 5,
+            supported: PG_SCHEMA_VERSION
+        }
+    );
+    assert!(e.to_string().contains("upgrade subtask"), "{e}");
+    let version: i64 = client
+        .query_one("SELECT version FROM subtask_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, PG_SCHEMA_VERSION + 5, "the refusal changed nothing");
+}
+
+#[test]
+fn an_unreachable_server_is_a_clear_error_without_the_password() {
+    let port = support::process::free_port();
+    let e = PostgresStore::open(PostgresConfig {
+        connect_timeout: Duration::from_secs(2),
+        ..PostgresConfig::new(format!("postgres://ann:hunter2@127.0.0.1:{port}/db"))
+    })
+    .expect_err("nothing listens there");
+    let shown = e.to_string();
+    assert!(matches!(e, StoreError::Io(_)), "{shown}");
+    assert!(
+        shown.contains(&format!("postgres://ann@127.0.0.1:{port}/db")),
+        "{shown}"
+    );
+    assert!(!shown.contains("hunter2"), "{shown}");
+}
+
+#[test]
+fn the_store_describes_itself_and_reads_back_what_it_wrote() {
+    let url = fresh_database();
+    let store = PostgresStore::open(PostgresConfig::new(&url)).unwrap();
+    assert!(
+        store.describe().starts_with("postgres://postgres@"),
+        "{}",
+        store.describe()
+    );
+    assert_eq!(store.load().unwrap(), Vec::new());
+    assert_eq!(store.get(subtask::model::TaskId::random()).unwrap(), None);
+}
+
+/// The real binary on PostgreSQL: a tree is created, the server is
+/// SIGKILLed while the tree runs, a new server on the same database brings
+/// it back (the resumable `fanout` runs again) and the tree ends; a second
+/// server on the database meanwhile is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subtask_serve_on_postgres_survives_sigkill() {
+    let dir = TempDir::new("pg-serve");
+    let bin = private_binary(dir.0.as_path());
+    // The synchronous client runs a runtime of its own: not on this one's threads.
+    let url = tokio::task::spawn_blocking(fresh_database).await.unwrap();
+    let args = vec!["--db".to_owned(), url.clone()];
+    let log = dir.0.join("server.log");
+    let server = ServerProcess::start(&bin, &args, &log, GUARD)
+        .await
+        .expect("starts on PostgreSQL");
+    let client = Client::new(server.addr(), support::http::full_caps());
+    let root = client
+        .start_task(
+            "fanout",
+            json!({"width": 3, "depth": 1, "steps": 400, "stepMs": 5}),
+        )
+        .await;
+    let children = client.until_children(&root, 3).await;
+    // A second server on the same database is refused with a clear error.
+    let second_log = dir.0.join("second.log");
+    let second = ServerProcess::start(&bin, &args, &second_log, GUARD).await;
+    assert!(second.is_err(), "a second writer started");
+    let said = std::fs::read_to_string(&second_log).unwrap();
+    assert!(said.contains("used by another subtask process"), "{said}");
+
+    assert!(server.kill());
+    server.wait();
+    let server = ServerProcess::start(&bin, &args, &log, GUARD)
+        .await
+        .expect("restarts");
+    let client = Client::new(server.addr(), support::http::full_caps());
+    let done = tokio::time::timeout(GUARD, client.until(&root, is_terminal))
+        .await
+        .expect("the recovered tree ends");
+    assert_eq!(done["status"], "completed", "{done}");
+    let after = child_ids(&done);
+    assert!(
+        after.starts_with(&children),
+        "earlier children keep their places: {after:?}"
+    );
+    assert!(
+        after.len() > children.len(),
+        "the re-run appended its subtasks: {after:?}"
+    );
+    for old in &children {
+        let t = client.get(old).await;
+        assert_eq!(t["status"], "failed", "{t}");
+        assert_eq!(t["error"]["data"]["reason"], "server_restarted", "{t}");
+    }
+    for new in &after[children.len()..] {
+        let t = client.get(new).await;
+        assert_eq!(t["status"], "completed", "{t}");
+    }
+    assert!(!text(&done["result"]).is_empty(), "{done}");
+    server.kill();
+}
