@@ -8,6 +8,13 @@
 //! the root's record, created and started in one step). Both modes use
 //! `Durability::Full` (fsync per commit) on a fresh file under `target/`.
 //!
+//! With the `postgres` feature (in the default `cli`), the same creators
+//! write to PostgreSQL on this machine, grouped and one commit per create:
+//! the server of `SUBTASK_TEST_PG` when set (`scripts/pg.sh cargo bench
+//! --bench store`), else one the bench starts itself from Debian's
+//! binaries; without binaries those figures are skipped, with the reason
+//! printed.
+//!
 //! Prints one line per figure; context lines start with `#`. Run with
 //! `cargo bench --bench store`.
 
@@ -27,6 +34,10 @@ use subtask::runtime::{Runtime, RuntimeConfig};
 use subtask::store::{Durability, MemoryStore, SqliteConfig, SqliteStore, TaskStore};
 
 const CREATORS: usize = 64;
+
+#[cfg(feature = "postgres")]
+#[path = "../tests/support/pg_server.rs"]
+mod pg_server;
 
 fn bench_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-store");
@@ -215,5 +226,108 @@ fn main() {
     println!(
         "create_latency_p99: subtask={:.0}",
         percentile(&mut latencies, 0.99)
+    );
+    #[cfg(feature = "postgres")]
+    postgres_figures(scale);
+}
+
+/// The PostgreSQL server to measure: `SUBTASK_TEST_PG`'s, or one started here.
+#[cfg(feature = "postgres")]
+enum Pg {
+    External(String),
+    Own(pg_server::PgServer),
+}
+
+#[cfg(feature = "postgres")]
+impl Pg {
+    fn database(&self, name: &str) -> Result<String, String> {
+        match self {
+            Pg::Own(server) => server.create_database(name),
+            Pg::External(url) => {
+                let mut c = postgres::Client::connect(url, postgres::NoTls).map_err(|e| e.to_string())?;
+                c.batch_execute(&format!("DROP DATABASE IF EXISTS {name}; CREATE DATABASE {name}"))
+                    .map_err(|e| e.to_string())?;
+                let (prefix, _) = url.rsplit_once('/').ok_or("a URL with a database")?;
+                Ok(format!("{prefix}/{name}"))
+            }
+        }
+    }
+}
+
+/// Grouped and one-commit-per-create rounds on PostgreSQL, alternating.
+#[cfg(feature = "postgres")]
+fn postgres_figures(scale: usize) {
+    use subtask::store::{PostgresConfig, PostgresStore};
+    let pg = match std::env::var("SUBTASK_TEST_PG") {
+        Ok(url) => Pg::External(url),
+        Err(_) => match pg_server::PgServer::start() {
+            Ok(server) => Pg::Own(server),
+            Err(why) => {
+                println!("# postgres figures skipped: {why}");
+                return;
+            }
+        },
+    };
+    let open = |name: &str, max: usize| -> Arc<dyn TaskStore> {
+        let url = pg
+            .database(name)
+            .unwrap_or_else(|e| panic!("create database {name}: {e}"));
+        Arc::new(
+            PostgresStore::open(PostgresConfig {
+                max_batches_per_commit: max,
+                ..PostgresConfig::new(url)
+            })
+            .unwrap_or_else(|e| panic!("open {name}: {e}")),
+        )
+    };
+    println!(
+        "# postgres: {} on this machine, synchronous_commit=on, the same {CREATORS} creators",
+        match &pg {
+            Pg::Own(_) => "a server the bench started",
+            Pg::External(_) => "SUBTASK_TEST_PG's server",
+        }
+    );
+    let _ = run_on(open("bench_pg_warmup", usize::MAX), 200 * scale);
+    let mut grouped = Vec::new();
+    let mut each = Vec::new();
+    for i in 0..ROUNDS {
+        grouped.push(run_on(
+            open(&format!("bench_pg_grouped_{i}"), usize::MAX),
+            500 * scale,
+        ));
+        each.push(run_on(open(&format!("bench_pg_each_{i}"), 1), 30 * scale));
+    }
+    for (i, (g, e)) in grouped.iter().zip(&each).enumerate() {
+        println!(
+            "# pg round {i}: grouped {} creates in {:.2} s ({:.0}/s); each {} creates in {:.2} s ({:.0}/s); ratio {:.1}",
+            g.creates,
+            g.elapsed.as_secs_f64(),
+            rate(g),
+            e.creates,
+            e.elapsed.as_secs_f64(),
+            rate(e),
+            rate(g) / rate(e)
+        );
+    }
+    println!(
+        "pg_durable_create_grouped: subtask={:.0}",
+        median(grouped.iter().map(rate).collect())
+    );
+    println!(
+        "pg_durable_create_each: subtask={:.0}",
+        median(each.iter().map(rate).collect())
+    );
+    println!(
+        "pg_group_commit_ratio: {:.1}",
+        median(
+            grouped
+                .iter()
+                .zip(&each)
+                .map(|(g, e)| rate(g) / rate(e))
+                .collect()
+        )
+    );
+    println!(
+        "# not yet measured (the multi-instance part of the scale-out): pg_get_nonowner_p99, takeover_ms"
     );
 }
