@@ -153,3 +153,111 @@ async fn subtask_serve_on_postgres_survives_sigkill() {
     assert!(!text(&done["result"]).is_empty(), "{done}");
     server.kill();
 }
+
+fn tree_batch(root: subtask::model::TaskId, version: u64) -> subtask::store::WriteBatch {
+    use subtask::store::{StoredTask, TreeMeta, WriteBatch, WriteOp};
+    WriteBatch {
+        root,
+        version,
+        ops: vec![
+            WriteOp::PutTree(TreeMeta {
+                root,
+                owner: Some("ann".into()),
+                resumable: false,
+                launch: None,
+            }),
+            WriteOp::PutTask(StoredTask {
+                id: root,
+                root,
+                parent: None,
+                position: 0,
+                version: 0,
+                state: format!("state of {root}"),
+            }),
+        ],
+    }
+}
+
+/// The server restarts under the store: a batch submitted while it is down
+/// is not reported durable, the writer reconnects, and once the server is
+/// back the batch is written and everything before it is still there.
+#[test]
+fn a_postgres_restart_is_waited_out_and_nothing_is_lost() {
+    let server = support::pg_server::PgServer::start().expect("a PostgreSQL server of the test's own");
+    let url = server.create_database("restart").unwrap();
+    let store = PostgresStore::open(PostgresConfig::new(&url)).unwrap();
+    let (a, b) = (subtask::model::TaskId::random(), subtask::model::TaskId::random());
+    store.submit(tree_batch(a, 1));
+    store.flush().expect("durable while the server is up");
+    server.stop().expect("stop the server");
+    let t = store.submit(tree_batch(b, 1));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        store.is_durable(t),
+        Ok(false),
+        "not durable while the server is down"
+    );
+    server.restart().expect("start the server again");
+    store.flush().expect("written once the server is back");
+    let roots: Vec<_> = store.load().unwrap().iter().map(|t| t.meta.root).collect();
+    assert!(roots.contains(&a) && roots.contains(&b), "{roots:?}");
+    assert_eq!(store.get(b).unwrap().unwrap().version, 1);
+}
+
+/// The real binary on a PostgreSQL that restarts: the server goes on
+/// without a restart of its own; tasks from before are there, new ones are
+/// created and durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subtask_serve_goes_on_after_a_postgres_restart() {
+    let pg = tokio::task::spawn_blocking(|| {
+        let server = support::pg_server::PgServer::start().expect("a PostgreSQL server of the test's own");
+        let url = server.create_database("serve_restart").unwrap();
+        (server, url)
+    })
+    .await
+    .unwrap();
+    let (pg, url) = (std::sync::Arc::new(pg.0), pg.1);
+    let dir = TempDir::new("pg-restart");
+    let bin = private_binary(dir.0.as_path());
+    let args = vec!["--db".to_owned(), url];
+    let server = ServerProcess::start(&bin, &args, &dir.0.join("server.log"), GUARD)
+        .await
+        .expect("starts on PostgreSQL");
+    let client = Client::new(server.addr(), support::http::full_caps());
+    let before = client
+        .start_task("fanout", json!({"width": 2, "depth": 1, "steps": 1, "stepMs": 1}))
+        .await;
+    let done = tokio::time::timeout(GUARD, client.until(&before, is_terminal))
+        .await
+        .unwrap();
+    assert_eq!(done["status"], "completed");
+    let p = pg.clone();
+    tokio::task::spawn_blocking(move || {
+        p.stop().expect("stop PostgreSQL");
+        p.restart().expect("start PostgreSQL again");
+    })
+    .await
+    .unwrap();
+    // The first writes after the restart find the broken connection; the
+    // store reconnects and the task is acknowledged once durable.
+    let after = client
+        .start_task("fanout", json!({"width": 2, "depth": 1, "steps": 1, "stepMs": 1}))
+        .await;
+    let done = tokio::time::timeout(GUARD, client.until(&after, is_terminal))
+        .await
+        .unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(client.get(&before).await["status"], "completed");
+    assert!(server.exited().is_none(), "the server went on");
+    // And it is all in the database: a new server on it sees both trees.
+    assert!(server.kill());
+    server.wait();
+    let server = ServerProcess::start(&bin, &args, &dir.0.join("server.log"), GUARD)
+        .await
+        .expect("restarts on PostgreSQL");
+    let client = Client::new(server.addr(), support::http::full_caps());
+    for id in [&before, &after] {
+        assert_eq!(client.get(id).await["status"], "completed", "{id}");
+    }
+    server.kill();
+}

@@ -22,9 +22,13 @@
 //! is refused with [`StoreError::Locked`] (several instances on one database
 //! are the scale-out's, `docs/scale-out.md`).
 //!
-//! A failed commit (the server went away, a constraint broke) fails its
-//! tickets and every later one, as the store contract says: the store keeps
-//! no state it cannot write.
+//! A broken connection (the server restarted, a network blip) does not fail
+//! the store: the writer reconnects (taking the writer lock again) and
+//! commits the same group again, for up to
+//! [`PostgresConfig::reconnect_for`]; writers wait meanwhile. Only a
+//! failure that is not transient, or an outage longer than that, fails the
+//! group's tickets and every later one, as the store contract says: the
+//! store keeps no state it cannot write.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -76,6 +80,11 @@ pub struct PostgresConfig {
     pub max_batches_per_commit: usize,
     /// How long to wait for the server when connecting.
     pub connect_timeout: Duration,
+    /// How long the writer keeps reconnecting and retrying a group whose
+    /// connection broke (a server restart, a dropped connection) before the
+    /// store fails for good. Writers of that group and later ones wait
+    /// meanwhile; nothing is acknowledged that is not written.
+    pub reconnect_for: Duration,
 }
 
 impl PostgresConfig {
@@ -86,6 +95,7 @@ impl PostgresConfig {
             durability: Durability::Full,
             max_batches_per_commit: usize::MAX,
             connect_timeout: Duration::from_secs(10),
+            reconnect_for: Duration::from_secs(60),
         }
     }
 }
@@ -176,24 +186,14 @@ impl PostgresStore {
             .map_err(|e| io(format!("{shown}: not a PostgreSQL URL: {e}")))?;
         pg.connect_timeout(config.connect_timeout);
         pg.application_name("subtask");
-        let mut client = pg.connect(NoTls).map_err(|e| io(format!("{shown}: {e}")))?;
-        let locked: bool = client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&LOCK_KEY])
-            .map_err(|e| io(format!("{shown}: {e}")))?
-            .get(0);
-        if !locked {
-            return Err(StoreError::Locked(format!(
-                "{shown} is used by another subtask process (advisory lock {LOCK_KEY:#x})"
-            )));
-        }
-        migrate(&mut client, &shown)?;
-        let sync = match config.durability {
-            Durability::Full => "on",
-            Durability::Relaxed => "off",
+        let session = Session {
+            pg,
+            shown: shown.clone(),
+            durability: config.durability,
+            reconnect_for: config.reconnect_for,
         };
-        client
-            .batch_execute(&format!("SET synchronous_commit = {sync}"))
-            .map_err(|e| io(format!("{shown}: {e}")))?;
+        let mut client = session.connect()?;
+        migrate(&mut client, &shown)?;
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
@@ -204,7 +204,7 @@ impl PostgresStore {
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name("subtask-pg".into())
-                .spawn(move || writer_loop(client, &shared, max))
+                .spawn(move || writer_loop(client, &session, &shared, max))
                 .map_err(io)?
         };
         let describe = format!(
@@ -260,6 +260,110 @@ impl Drop for PostgresStore {
             let _ = h.join();
         }
     }
+}
+
+/// How the writer (re)connects: the server, the writer lock, the session's
+/// settings.
+struct Session {
+    pg: postgres::Config,
+    shown: String,
+    durability: Durability,
+    reconnect_for: Duration,
+}
+
+impl Session {
+    /// A connection holding the database's writer lock, with the
+    /// durability setting.
+    fn connect(&self) -> Result<Client, StoreError> {
+        let shown = &self.shown;
+        let mut client = self.pg.connect(NoTls).map_err(|e| io(format!("{shown}: {e}")))?;
+        let locked: bool = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&LOCK_KEY])
+            .map_err(|e| io(format!("{shown}: {e}")))?
+            .get(0);
+        if !locked {
+            return Err(StoreError::Locked(format!(
+                "{shown} is used by another subtask process (advisory lock {LOCK_KEY:#x})"
+            )));
+        }
+        let sync = match self.durability {
+            Durability::Full => "on",
+            Durability::Relaxed => "off",
+        };
+        client
+            .batch_execute(&format!("SET synchronous_commit = {sync}"))
+            .map_err(|e| io(format!("{shown}: {e}")))?;
+        Ok(client)
+    }
+}
+
+/// Whether `e` broke the connection or the transaction for reasons that a
+/// new connection and a retry of the same group can overcome (the server
+/// restarted or went away, a serialization conflict). Anything else (a
+/// constraint, a bad statement) fails the store.
+fn transient(e: &postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.code() {
+        // No SQLSTATE: an I/O error on the socket.
+        None => true,
+        Some(code) => {
+            let c = code.code();
+            c.starts_with("08") // connection exception
+                || c == "57P01" // admin_shutdown
+                || c == "57P02" // crash_shutdown
+                || c == "57P03" // cannot_connect_now
+                || c == "40001" // serialization_failure
+                || c == "40P01" // deadlock_detected
+        }
+    }
+}
+
+/// Commits `group`, reconnecting and retrying it while the failure is
+/// transient and `session.reconnect_for` has not passed. A retried group is
+/// written whole (its folded upserts and deletes are idempotent), so a
+/// commit whose acknowledgement was lost with the connection is harmless
+/// to repeat.
+fn commit_retrying(
+    client: &mut Client,
+    session: &Session,
+    group: &[(u64, WriteBatch)],
+) -> Result<(), StoreError> {
+    let mut failure = match commit(client, group) {
+        Ok(()) => return Ok(()),
+        Err(e) if transient(&e) => e.to_string(),
+        Err(e) => return Err(io(e)),
+    };
+    let deadline = std::time::Instant::now() + session.reconnect_for;
+    let mut pause = Duration::from_millis(50);
+    tracing::warn!(error = %failure, "the PostgreSQL connection broke; reconnecting, writes wait");
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_secs(1));
+        match session.connect() {
+            Ok(fresh) => *client = fresh,
+            // Another process took the database while we were away: ours is
+            // no longer the writer; going on would corrupt its trees.
+            Err(e @ StoreError::Locked(_)) => return Err(e),
+            Err(e) => {
+                failure = e.to_string();
+                continue;
+            }
+        }
+        match commit(client, group) {
+            Ok(()) => {
+                tracing::info!("reconnected to PostgreSQL; writes go on");
+                return Ok(());
+            }
+            Err(e) if transient(&e) => failure = e.to_string(),
+            Err(e) => return Err(io(e)),
+        }
+    }
+    Err(io(format!(
+        "{}: no connection for {:?}: {failure}",
+        session.shown, session.reconnect_for
+    )))
 }
 
 /// Creates or upgrades the schema in one transaction, under a transaction
@@ -416,7 +520,7 @@ fn take(q: &mut Queue, group: &mut Vec<(u64, WriteBatch)>, max: usize) -> Option
     None
 }
 
-fn writer_loop(mut client: Client, shared: &Shared, max: usize) {
+fn writer_loop(mut client: Client, session: &Session, shared: &Shared, max: usize) {
     let mut group: Vec<(u64, WriteBatch)> = Vec::new();
     let mut failed = false;
     loop {
@@ -431,6 +535,13 @@ fn writer_loop(mut client: Client, shared: &Shared, max: usize) {
             take(&mut q, &mut group, max)
         };
         if let Some(read) = read {
+            // A connection that broke while idle is replaced before a read
+            // (a failed attempt leaves the read to report the error).
+            if client.is_closed()
+                && let Ok(fresh) = session.connect()
+            {
+                client = fresh;
+            }
             read(&mut client);
             continue;
         }
@@ -441,12 +552,12 @@ fn writer_loop(mut client: Client, shared: &Shared, max: usize) {
             group.clear();
             continue;
         }
-        match commit(&mut client, &group) {
+        match commit_retrying(&mut client, session, &group) {
             Ok(()) => shared.mark.advance(Ticket(last)),
             Err(e) => {
                 tracing::error!(error = %e, "a PostgreSQL commit failed; no further writes are accepted");
                 failed = true;
-                shared.mark.fail(Ticket(first), io(e));
+                shared.mark.fail(Ticket(first), e);
             }
         }
         group.clear();

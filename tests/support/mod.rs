@@ -4,6 +4,8 @@
 pub mod http;
 #[cfg(feature = "postgres")]
 pub mod pg;
+#[cfg(feature = "postgres")]
+pub mod pg_server;
 #[cfg(feature = "cli")]
 pub mod process;
 pub mod seed;
