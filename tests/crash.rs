@@ -101,13 +101,31 @@ fn fail_on_violations(model: &Mutex<Model>, seed: u64, when: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_at_random_moments_loses_nothing_acknowledged() {
-    let seed = support::seed::from_env("CRASH_SEED");
     let rounds = env_u64("CRASH_ROUNDS").unwrap_or(u64::from(DEFAULT_ROUNDS));
+    crash_test(None, rounds).await;
+}
+
+/// The same on PostgreSQL (a database of its own on the test run's server,
+/// `scripts/pg.sh`): `CRASH_PG_ROUNDS` kills (default 12).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_at_random_moments_loses_nothing_acknowledged_on_postgres() {
+    let rounds = env_u64("CRASH_PG_ROUNDS").unwrap_or(12);
+    let url = tokio::task::spawn_blocking(support::pg::fresh_database)
+        .await
+        .unwrap();
+    crash_test(Some(url), rounds).await;
+}
+
+/// `rounds` kills on the SQLite file of a scratch directory, or on the
+/// PostgreSQL database `pg`.
+async fn crash_test(pg: Option<String>, rounds: u64) {
+    let seed = support::seed::from_env("CRASH_SEED");
     let forced_trigger = std::env::var("CRASH_TRIGGER").ok().map(|t| Trigger::parse(&t));
-    println!("crash test: {rounds} rounds");
+    let store = if pg.is_some() { "PostgreSQL" } else { "SQLite" };
+    println!("crash test on {store}: {rounds} rounds");
     let started = Instant::now();
     let scratch = Scratch::new();
-    let db = scratch.0.join("tasks.db");
+    let db = pg.unwrap_or_else(|| scratch.0.join("tasks.db").display().to_string());
     let bin = support::process::private_binary(&scratch.0);
     let mut rng = Rng::new(seed);
     let model = Arc::new(Mutex::new(Model::default()));
@@ -118,7 +136,7 @@ async fn sigkill_at_random_moments_loses_nothing_acknowledged() {
         let durability = if rng.chance(0.3) { "relaxed" } else { "full" };
         let args: Vec<String> = vec![
             "--db".into(),
-            db.display().to_string(),
+            db.clone(),
             "--durability".into(),
             durability.into(),
         ];
@@ -242,7 +260,7 @@ async fn sigkill_at_random_moments_loses_nothing_acknowledged() {
     // The last start: nothing is killed any more; every tree must end.
     let log = scratch.0.join("server-final.log");
     model.lock().unwrap().epoch += 1;
-    let args: Vec<String> = vec!["--db".into(), db.display().to_string()];
+    let args: Vec<String> = vec!["--db".into(), db.clone()];
     let round = restart(&bin, &model, &args, &log, &before).await;
     fail_on_violations(&model, seed, "after the last restart");
     let live: Vec<String> = {

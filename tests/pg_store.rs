@@ -24,7 +24,11 @@ const GUARD: Duration = Duration::from_secs(60);
 fn a_second_process_on_one_database_is_refused() {
     let url = fresh_database();
     let first = PostgresStore::open(PostgresConfig::new(&url)).expect("opens");
-    let second = PostgresStore::open(PostgresConfig::new(&url)).expect_err("refused");
+    let second = PostgresStore::open(PostgresConfig {
+        lock_wait: Duration::from_millis(300),
+        ..PostgresConfig::new(&url)
+    })
+    .expect_err("refused");
     assert!(matches!(second, StoreError::Locked(_)), "{second}");
     assert!(
         second.to_string().contains("used by another subtask process"),
@@ -95,7 +99,7 @@ fn the_store_describes_itself_and_reads_back_what_it_wrote() {
 /// The real binary on PostgreSQL: a tree is created, the server is
 /// SIGKILLed while the tree runs, a new server on the same database brings
 /// it back (the resumable `fanout` runs again) and the tree ends; a second
-/// server on the database meanwhile is refused.
+/// server on the database is then refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subtask_serve_on_postgres_survives_sigkill() {
     let dir = TempDir::new("pg-serve");
@@ -115,13 +119,6 @@ async fn subtask_serve_on_postgres_survives_sigkill() {
         )
         .await;
     let children = client.until_children(&root, 3).await;
-    // A second server on the same database is refused with a clear error.
-    let second_log = dir.0.join("second.log");
-    let second = ServerProcess::start(&bin, &args, &second_log, GUARD).await;
-    assert!(second.is_err(), "a second writer started");
-    let said = std::fs::read_to_string(&second_log).unwrap();
-    assert!(said.contains("used by another subtask process"), "{said}");
-
     assert!(server.kill());
     server.wait();
     let server = ServerProcess::start(&bin, &args, &log, GUARD)
@@ -151,6 +148,14 @@ async fn subtask_serve_on_postgres_survives_sigkill() {
         assert_eq!(t["status"], "completed", "{t}");
     }
     assert!(!text(&done["result"]).is_empty(), "{done}");
+    // A second server on the same database is refused with a clear error
+    // (after waiting for the lock, which a killed process may still hold).
+    let second_log = dir.0.join("second.log");
+    let second = ServerProcess::start(&bin, &args, &second_log, GUARD).await;
+    assert!(second.is_err(), "a second writer started");
+    let said = std::fs::read_to_string(&second_log).unwrap();
+    assert!(said.contains("used by another subtask process"), "{said}");
+
     server.kill();
 }
 

@@ -85,6 +85,10 @@ pub struct PostgresConfig {
     /// store fails for good. Writers of that group and later ones wait
     /// meanwhile; nothing is acknowledged that is not written.
     pub reconnect_for: Duration,
+    /// How long `open` waits for the writer lock before refusing: the
+    /// previous holder may be a process killed a moment ago, whose
+    /// connection the server has not closed yet.
+    pub lock_wait: Duration,
 }
 
 impl PostgresConfig {
@@ -96,6 +100,7 @@ impl PostgresConfig {
             max_batches_per_commit: usize::MAX,
             connect_timeout: Duration::from_secs(10),
             reconnect_for: Duration::from_secs(60),
+            lock_wait: Duration::from_secs(5),
         }
     }
 }
@@ -192,7 +197,15 @@ impl PostgresStore {
             durability: config.durability,
             reconnect_for: config.reconnect_for,
         };
-        let mut client = session.connect()?;
+        let waiting_since = std::time::Instant::now();
+        let mut client = loop {
+            match session.connect() {
+                Err(StoreError::Locked(_)) if waiting_since.elapsed() < config.lock_wait => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                other => break other?,
+            }
+        };
         migrate(&mut client, &shown)?;
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
