@@ -56,6 +56,28 @@ const V: ClientView = ClientView::PAUSE_AWARE;
 mod tempdir;
 use tempdir::TempDir;
 
+#[path = "support/pg.rs"]
+mod pg;
+
+/// Where a recovery test keeps its trees: a SQLite file, or a PostgreSQL
+/// database on the test run's server (`scripts/pg.sh`).
+enum Db {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl Db {
+    fn open(&self) -> Result<Arc<dyn TaskStore>, StoreError> {
+        match self {
+            Db::Sqlite(path) => open(path).map(|s| Arc::new(s) as Arc<dyn TaskStore>),
+            Db::Postgres(url) => {
+                subtask::store::PostgresStore::open(subtask::store::PostgresConfig::new(url))
+                    .map(|s| Arc::new(s) as Arc<dyn TaskStore>)
+            }
+        }
+    }
+}
+
 fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut p = path.as_os_str().to_owned();
     p.push(suffix);
@@ -1060,9 +1082,9 @@ fn approve() -> JsonObject {
 
 /// Phase one: a server over a runtime over the store runs two trees to a
 /// state with a bit of everything, then everything is dropped.
-async fn before_restart(path: &Path) -> BeforeRestart {
-    let store = open(path).unwrap();
-    let rt = Runtime::with_store(RuntimeConfig::default(), Arc::new(store));
+async fn before_restart(db: &Db) -> BeforeRestart {
+    let store = db.open().unwrap();
+    let rt = Runtime::with_store(RuntimeConfig::default(), store);
     assert_eq!(
         rt.recover(owner_of, no_rebuild).await.unwrap(),
         RecoveryReport::default()
@@ -1246,8 +1268,15 @@ fn json_of(t: &DetailedTask) -> String {
 #[test]
 fn a_restart_keeps_results_fails_what_ran_and_reruns_a_resumable_tool() {
     let dir = TempDir::new("restart");
-    let path = dir.db();
+    restart_keeps_results(&Db::Sqlite(dir.db()));
+}
 
+#[test]
+fn on_postgres_a_restart_keeps_results_fails_what_ran_and_reruns_a_resumable_tool() {
+    restart_keeps_results(&Db::Postgres(pg::fresh_database()));
+}
+
+fn restart_keeps_results(db: &Db) {
     // Phase one in its own tokio runtime: dropping it drops every handler,
     // the runtime and the store (as a process exit would).
     let tokio = tokio::runtime::Builder::new_multi_thread()
@@ -1255,7 +1284,7 @@ fn a_restart_keeps_results_fails_what_ran_and_reruns_a_resumable_tool() {
         .enable_all()
         .build()
         .unwrap();
-    let before = tokio.block_on(before_restart(&path));
+    let before = tokio.block_on(before_restart(db));
     drop(tokio);
 
     // Phase two: a new runtime over the reopened file (a lock still held
@@ -1266,8 +1295,8 @@ fn a_restart_keeps_results_fails_what_ran_and_reruns_a_resumable_tool() {
         .build()
         .unwrap();
     let after = tokio.block_on(async {
-        let store = open(&path).expect("the first store is gone");
-        let rt = Runtime::with_store(RuntimeConfig::default(), Arc::new(store));
+        let store = db.open().expect("the first store is gone");
+        let rt = Runtime::with_store(RuntimeConfig::default(), store);
         let rebuilt: Arc<Mutex<Vec<TaskId>>> = Arc::default();
         let answers: Arc<Mutex<Vec<JsonObject>>> = Arc::default();
         let (rebuilt2, answers2) = (rebuilt.clone(), answers.clone());
@@ -1367,7 +1396,7 @@ fn a_restart_keeps_results_fails_what_ran_and_reruns_a_resumable_tool() {
         .build()
         .unwrap();
     tokio.block_on(async {
-        let rt = Runtime::with_store(RuntimeConfig::default(), Arc::new(open(&path).unwrap()));
+        let rt = Runtime::with_store(RuntimeConfig::default(), db.open().unwrap());
         let report = rt.recover(owner_of, no_rebuild).await.unwrap();
         assert_eq!(report.tasks, 7);
         assert_eq!(report.interrupted, 0, "everything is terminal now");
@@ -1383,9 +1412,17 @@ fn a_restart_keeps_results_fails_what_ran_and_reruns_a_resumable_tool() {
 /// deletion is durable.
 #[test]
 fn a_deletion_that_came_due_while_down_happens_at_recovery() {
-    const TTL_MS: u64 = 600;
     let dir = TempDir::new("deletion");
-    let path = dir.db();
+    deletion_due_while_down(&Db::Sqlite(dir.db()));
+}
+
+#[test]
+fn on_postgres_a_deletion_that_came_due_while_down_happens_at_recovery() {
+    deletion_due_while_down(&Db::Postgres(pg::fresh_database()));
+}
+
+fn deletion_due_while_down(db: &Db) {
+    const TTL_MS: u64 = 600;
     let config = RuntimeConfig {
         forest: subtask::core::ForestConfig {
             deletion_grace_ms: 0,
@@ -1402,7 +1439,7 @@ fn a_deletion_that_came_due_while_down_happens_at_recovery() {
     };
     let started = Instant::now();
     let (root, keep) = runtime(1).block_on(async {
-        let rt = Runtime::with_store(config, Arc::new(open(&path).unwrap()));
+        let rt = Runtime::with_store(config, db.open().unwrap());
         rt.recover(owner_of, no_rebuild).await.unwrap();
         let opts = RootOptions {
             ttl_ms: Some(TTL_MS),
@@ -1430,19 +1467,19 @@ fn a_deletion_that_came_due_while_down_happens_at_recovery() {
     // Down until past the deletion time.
     std::thread::sleep(Duration::from_millis(TTL_MS + 200).saturating_sub(started.elapsed()));
     {
-        let store = open(&path).unwrap();
+        let store = db.open().unwrap();
         let stored: Vec<TaskId> = store.load().unwrap().iter().map(|t| t.meta.root).collect();
         assert!(stored.contains(&root), "the tree was still stored at the restart");
     }
     runtime(1).block_on(async {
-        let rt = Runtime::with_store(config, Arc::new(open(&path).unwrap()));
+        let rt = Runtime::with_store(config, db.open().unwrap());
         let report = rt.recover(owner_of, no_rebuild).await.unwrap();
         assert_eq!(report.trees, 2);
         until("the overdue deletion", || rt.get(root, V).is_none()).await;
         assert!(rt.get(keep, V).is_some());
         rt.flushed(root).await.unwrap();
     });
-    let store = open(&path).unwrap();
+    let store = db.open().unwrap();
     let stored: Vec<TaskId> = store.load().unwrap().iter().map(|t| t.meta.root).collect();
     assert_eq!(stored, [keep], "the deletion is durable");
 }

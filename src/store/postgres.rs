@@ -197,29 +197,55 @@ impl PostgresStore {
             durability: config.durability,
             reconnect_for: config.reconnect_for,
         };
-        let waiting_since = std::time::Instant::now();
-        let mut client = loop {
-            match session.connect() {
-                Err(StoreError::Locked(_)) if waiting_since.elapsed() < config.lock_wait => {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                other => break other?,
-            }
-        };
-        migrate(&mut client, &shown)?;
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
             mark: Watermark::new(),
         });
         let max = config.max_batches_per_commit.max(1);
+        let lock_wait = config.lock_wait;
+        // The writer thread connects and migrates too: the synchronous client
+        // runs a runtime of its own, which must not start on a tokio thread,
+        // so `open` is safe to call from async code.
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<Result<(), StoreError>>(1);
         let writer = {
             let shared = shared.clone();
+            let shown = shown.clone();
             std::thread::Builder::new()
                 .name("subtask-pg".into())
-                .spawn(move || writer_loop(client, &session, &shared, max))
+                .spawn(move || {
+                    let waiting_since = std::time::Instant::now();
+                    let opened = loop {
+                        match session.connect() {
+                            Err(StoreError::Locked(_)) if waiting_since.elapsed() < lock_wait => {
+                                std::thread::sleep(Duration::from_millis(100));
+                            }
+                            other => break other,
+                        }
+                    };
+                    let mut client = match opened {
+                        Ok(client) => client,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    if let Err(e) = migrate(&mut client, &shown) {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                    let _ = ready_tx.send(Ok(()));
+                    writer_loop(client, &session, &shared, max);
+                })
                 .map_err(io)?
         };
+        let ready = ready_rx
+            .recv()
+            .unwrap_or_else(|_| Err(StoreError::Failed("the store's writer thread stopped".into())));
+        if let Err(e) = ready {
+            let _ = writer.join();
+            return Err(e);
+        }
         let describe = format!(
             "{shown} ({})",
             match config.durability {
