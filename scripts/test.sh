@@ -27,6 +27,9 @@ pg_start
 echo "== cargo test"
 cargo test --all-features
 
+echo "== the in-process server tests again, on a PostgreSQL store (tests/support/store.rs)"
+SUBTASK_TEST_STORE=postgres cargo test --all-features --test server_http --test legacy_tasks
+
 echo "== feature combinations: runtime only, server without sqlite, client only, rmcp adapter"
 # A runtime-only user builds none of the server, client, store or CLI stacks.
 runtime_deps="$(cargo tree --no-default-features -e normal --prefix none | awk '{print $1}' | sort -u)"

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use subtask::runtime::{Runtime, RuntimeConfig};
+use subtask::runtime::RuntimeConfig;
 use subtask::server::{
     Server, ServerConfig, TaskSupport, TokenTable, ToolCall, ToolOutcome, ToolSpec, text_result,
 };
@@ -21,7 +21,7 @@ use support::http::{Client, child_ids, full_caps, raw};
 const V: &str = "2025-11-25";
 
 async fn start(config: ServerConfig) -> SocketAddr {
-    let runtime = Runtime::new(RuntimeConfig::default());
+    let runtime = support::store::runtime(RuntimeConfig::default());
     let server = subtask::demo::register(Server::builder(runtime, config))
         .tool(
             ToolSpec::new(

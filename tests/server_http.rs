@@ -31,7 +31,7 @@ fn obj(v: Value) -> JsonObject {
 /// A server with test tools on a free loopback port.
 async fn start(config: ServerConfig, runtime_config: RuntimeConfig) -> Harness {
     let release = Arc::new(Notify::new());
-    let runtime = Runtime::new(runtime_config);
+    let runtime = support::store::runtime(runtime_config);
     let r = release.clone();
     let server = Server::builder(runtime, config)
         .tool(

@@ -10,4 +10,6 @@ pub mod pg_server;
 pub mod process;
 pub mod seed;
 #[cfg(feature = "cli")]
+pub mod store;
+#[cfg(feature = "cli")]
 pub mod tempdir;

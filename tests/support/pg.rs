@@ -29,6 +29,14 @@ pub fn server_url() -> String {
 ///
 /// When there is no server or it refuses.
 pub fn fresh_database() -> String {
+    // The synchronous client starts a runtime of its own, which cannot
+    // happen on a tokio thread: do it on a thread of its own.
+    std::thread::spawn(create_database)
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+fn create_database() -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     let base = server_url();
     let name = format!(
