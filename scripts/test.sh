@@ -19,6 +19,9 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --all-targets --all-features -- -D warnings
 
+echo "== cargo doc (no broken links, no warnings)"
+RUSTDOCFLAGS="-D warnings" cargo doc --all-features --no-deps
+
 echo "== PostgreSQL for the tests (scripts/pg.sh: Debian's package, a throwaway server)"
 . scripts/pg.sh
 trap pg_stop EXIT

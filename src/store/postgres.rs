@@ -125,7 +125,13 @@ struct Shared {
     mark: Arc<Watermark>,
 }
 
-/// The PostgreSQL store: see the [module](self) documentation.
+/// The PostgreSQL store (feature `postgres`): the store contract on a
+/// PostgreSQL database. One writer thread folds every batch queued
+/// meanwhile into one transaction (one `unnest` upsert, one delete); one
+/// process writes a database at a time (an advisory lock); a server restart
+/// or a dropped connection is waited out by reconnecting and committing the
+/// same group again, for up to [`PostgresConfig::reconnect_for`]. Schema,
+/// decisions and figures: `docs/scale-out.md`.
 pub struct PostgresStore {
     shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
