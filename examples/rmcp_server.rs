@@ -395,3 +395,103 @@ mod tests {
         client.cancel().await.unwrap();
     }
 }
+
+#[cfg(test)]
+mod durability {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::json;
+    use subtask::client::CallStart;
+    use subtask::model::TaskPayload;
+    use subtask::store::{SqliteConfig, SqliteStore};
+
+    use super::*;
+
+    fn tokio() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// `main` with `--db`: the server on a SQLite file, its `/mcp` on a free port.
+    async fn serve_on(db: &std::path::Path) -> (String, subtask::runtime::RecoveryReport) {
+        let store = SqliteStore::open(SqliteConfig::new(db)).expect("open the database");
+        let runtime = Runtime::with_store(
+            RuntimeConfig {
+                default_poll_interval_ms: Some(20),
+                ..RuntimeConfig::default()
+            },
+            Arc::new(store),
+        );
+        let server = subtasks(runtime);
+        let report = server.recover().await.expect("recover");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app(server)).await });
+        (url, report)
+    }
+
+    /// With a database, research under way when the server stops (its tokio
+    /// runtime dropped, with every handler, as at a process exit) is brought
+    /// back by the next server: the resumable root runs again, its earlier
+    /// subtasks failed by the restart, new ones complete, and the root ends.
+    #[test]
+    fn with_a_database_research_survives_a_restart() {
+        let dir = std::env::temp_dir().join(format!("subtask-rmcp-example-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = dir.join("research.db");
+        let (root, before) = tokio().block_on(async {
+            let (url, report) = serve_on(&db).await;
+            assert_eq!(report.trees, 0);
+            let client = Client::http(&url).unwrap();
+            let args =
+                JsonObject::from_value(json!({"topics": ["tides", "lichens"], "steps": 100, "step_ms": 20}))
+                    .unwrap();
+            let CallStart::Task(seed) = client.start_tool("research", args).await.unwrap() else {
+                panic!("research is a task");
+            };
+            let root = seed.task().task_id;
+            let children = tokio::time::timeout(Duration::from_secs(30), async {
+                loop {
+                    let t = client.get(root).await.unwrap();
+                    if t.task().child_task_ids.len() == 2 {
+                        return t.task().child_task_ids.clone();
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await
+            .expect("two subtasks");
+            (root, children)
+        });
+        // The restart.
+        tokio().block_on(async {
+            let (url, report) = serve_on(&db).await;
+            assert_eq!(report.trees, 1, "{report:?}");
+            let client = Client::http(&url).unwrap();
+            let done = tokio::time::timeout(Duration::from_secs(60), client.wait_task(root))
+                .await
+                .expect("the research ends")
+                .unwrap();
+            assert_eq!(done["content"][0]["text"], "research done (2/2)", "{done:?}");
+            let tree = client.get(root).await.unwrap();
+            let ids = tree.task().child_task_ids.clone();
+            assert_eq!(ids.len(), 4, "the re-run appended two subtasks: {ids:?}");
+            assert_eq!(ids[..2], before[..]);
+            for old in &before {
+                let t = client.get(*old).await.unwrap();
+                let TaskPayload::Failed { error } = t.payload() else {
+                    panic!("{t:?}");
+                };
+                assert_eq!(error.data.as_ref().unwrap()["reason"], "server_restarted");
+            }
+            for new in &ids[2..] {
+                assert_eq!(client.get(*new).await.unwrap().status(), TaskStatus::Completed);
+            }
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
