@@ -88,6 +88,9 @@ use serde_json::Value;
 use crate::model::{JsonRpcMessage, PROTOCOL_VERSION, TASKS_EXTENSION};
 use crate::server::{Incoming, Principal, Reply, Server};
 
+/// The largest body the HTTP front reads before deciding where it goes.
+const FRONT_BODY_CEILING: usize = 16 << 20;
+
 /// `tasks/*` methods rmcp reads as custom requests (SEP-2669).
 const CUSTOM_TASK_METHODS: [&str; 3] = ["tasks/steer", "tasks/pause", "tasks/resume"];
 
@@ -194,11 +197,21 @@ impl<H: ServerHandler> WithSubtasks<H> {
         params: impl Serialize,
         context: &RequestContext<RoleServer>,
     ) -> Result<Value, ErrorData> {
-        let mut params = serde_json::to_value(params).map_err(internal)?;
-        if params.is_null() {
-            params = Value::Object(serde_json::Map::new());
-        }
-        params["_meta"] = serde_json::to_value(&context.meta).map_err(internal)?;
+        let mut params = match serde_json::to_value(params).map_err(internal)? {
+            Value::Null => serde_json::Map::new(),
+            Value::Object(map) => map,
+            // A custom request's params can be anything on the wire.
+            _ => {
+                return Err(ErrorData::invalid_params(
+                    format!("{method}: params must be an object"),
+                    None,
+                ));
+            }
+        };
+        params.insert(
+            "_meta".to_owned(),
+            serde_json::to_value(&context.meta).map_err(internal)?,
+        );
         let message =
             serde_json::json!({"jsonrpc": "2.0", "id": context.id, "method": method, "params": params});
         let body = serde_json::to_vec(&message).map_err(internal)?;
@@ -628,7 +641,15 @@ where
     M: SessionManager,
 {
     let (parts, body) = request.into_parts();
-    let limit = front.server.config().limits.max_body_bytes;
+    // The front reads a body whole to see where it goes; each side then
+    // applies its own limit (subtask's endpoint its `max_body_bytes`, rmcp
+    // its `max_request_body_bytes`), so the front's is only a ceiling.
+    let limit = front
+        .server
+        .config()
+        .limits
+        .max_body_bytes
+        .max(FRONT_BODY_CEILING);
     let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
         return crate::server::http::error_response(
             axum::http::StatusCode::PAYLOAD_TOO_LARGE,

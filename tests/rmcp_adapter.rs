@@ -185,6 +185,17 @@ async fn rmcps_typed_path_runs_subtask_tasks_but_cannot_carry_the_tree() {
         refused.to_string(),
         "Mcp error: -32602: task is already completed"
     );
+    // Params that are not an object are a params error, not a crash
+    // (rmcp's transport hands them on as an object carrying only `_meta`).
+    let odd = CustomRequest::new("tasks/steer", Some(json!(5)));
+    let refused = client
+        .send_request(ClientRequest::CustomRequest(odd))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "Mcp error: -32602: invalid params for tasks/steer: missing field `taskId`"
+    );
     client.cancel().await.unwrap();
 }
 
