@@ -37,6 +37,8 @@
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod queue;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 

@@ -30,18 +30,17 @@
 //! group's tickets and every later one, as the store contract says: the
 //! store keeps no state it cannot write.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use postgres::{Client, NoTls};
 
+use super::queue::{Next, WriteQueue, assemble};
 use super::{
-    Durability, StoreError, StoredTask, StoredTree, TaskStore, Ticket, TreeMeta, Watermark, WriteBatch,
-    WriteOp,
+    Durability, StoreError, StoredTask, StoredTree, TaskStore, Ticket, TreeMeta, WriteBatch, WriteOp,
 };
 use crate::model::{IdMap, TaskId};
 
@@ -105,26 +104,6 @@ impl PostgresConfig {
     }
 }
 
-type ReadJob = Box<dyn FnOnce(&mut Client) + Send>;
-
-enum Job {
-    Write(u64, WriteBatch),
-    Read(ReadJob),
-}
-
-#[derive(Default)]
-struct Queue {
-    next: u64,
-    pending: VecDeque<Job>,
-    closing: bool,
-}
-
-struct Shared {
-    queue: Mutex<Queue>,
-    wake: Condvar,
-    mark: Arc<Watermark>,
-}
-
 /// The PostgreSQL store (feature `postgres`): the store contract on a
 /// PostgreSQL database. One writer thread folds every batch queued
 /// meanwhile into one transaction (one `unnest` upsert, one delete); one
@@ -133,7 +112,7 @@ struct Shared {
 /// same group again, for up to [`PostgresConfig::reconnect_for`]. Schema,
 /// decisions and figures: `docs/scale-out.md`.
 pub struct PostgresStore {
-    shared: Arc<Shared>,
+    shared: Arc<WriteQueue<Client>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     describe: String,
 }
@@ -203,11 +182,7 @@ impl PostgresStore {
             durability: config.durability,
             reconnect_for: config.reconnect_for,
         };
-        let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue::default()),
-            wake: Condvar::new(),
-            mark: Watermark::new(),
-        });
+        let shared = Arc::new(WriteQueue::new());
         let max = config.max_batches_per_commit.max(1);
         let lock_wait = config.lock_wait;
         // The writer thread connects and migrates too: the synchronous client
@@ -266,27 +241,6 @@ impl PostgresStore {
         })
     }
 
-    /// Runs `f` on the writer's connection after every batch submitted
-    /// before, and waits for its answer.
-    fn read<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Client) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        {
-            let mut q = self.shared.queue.lock();
-            if q.closing {
-                return Err(StoreError::Failed("the store is closed".into()));
-            }
-            q.pending.push_back(Job::Read(Box::new(move |c| {
-                let _ = tx.send(f(c));
-            })));
-        }
-        self.shared.wake.notify_one();
-        rx.recv()
-            .map_err(|_| StoreError::Failed("the store's writer thread stopped".into()))?
-    }
-
     /// Waits until every batch submitted so far is durable (blocking).
     ///
     /// # Errors
@@ -299,8 +253,7 @@ impl PostgresStore {
 
 impl Drop for PostgresStore {
     fn drop(&mut self) {
-        self.shared.queue.lock().closing = true;
-        self.shared.wake.notify_all();
+        self.shared.close();
         if let Some(h) = self.writer.lock().take() {
             let _ = h.join();
         }
@@ -550,34 +503,14 @@ fn commit(client: &mut Client, group: &[(u64, WriteBatch)]) -> Result<(), postgr
     tx.commit()
 }
 
-fn take(q: &mut Queue, group: &mut Vec<(u64, WriteBatch)>, max: usize) -> Option<ReadJob> {
-    while group.len() < max {
-        match q.pending.pop_front() {
-            Some(Job::Write(t, b)) => group.push((t, b)),
-            Some(Job::Read(r)) if group.is_empty() => return Some(r),
-            Some(job @ Job::Read(_)) => {
-                q.pending.push_front(job);
-                return None;
-            }
-            None => return None,
-        }
-    }
-    None
-}
-
-fn writer_loop(mut client: Client, session: &Session, shared: &Shared, max: usize) {
+fn writer_loop(mut client: Client, session: &Session, shared: &WriteQueue<Client>, max: usize) {
     let mut group: Vec<(u64, WriteBatch)> = Vec::new();
     let mut failed = false;
     loop {
-        let read = {
-            let mut q = shared.queue.lock();
-            while q.pending.is_empty() && !q.closing {
-                shared.wake.wait(&mut q);
-            }
-            if q.pending.is_empty() {
-                return;
-            }
-            take(&mut q, &mut group, max)
+        let read = match shared.next(&mut group, max) {
+            Next::Stop => return,
+            Next::Read(read) => Some(read),
+            Next::Commit => None,
         };
         if let Some(read) = read {
             // A connection that broke while idle is replaced before a read
@@ -630,15 +563,7 @@ fn row_task(r: &postgres::Row) -> TaskRow {
 
 impl TaskStore for PostgresStore {
     fn submit(&self, batch: WriteBatch) -> Ticket {
-        let t = {
-            let mut q = self.shared.queue.lock();
-            q.next += 1;
-            let t = q.next;
-            q.pending.push_back(Job::Write(t, batch));
-            t
-        };
-        self.shared.wake.notify_one();
-        Ticket(t)
+        self.shared.submit(batch)
     }
 
     fn is_durable(&self, ticket: Ticket) -> Result<bool, StoreError> {
@@ -650,11 +575,11 @@ impl TaskStore for PostgresStore {
     }
 
     fn last_ticket(&self) -> Ticket {
-        Ticket(self.shared.queue.lock().next)
+        self.shared.last_ticket()
     }
 
     fn load(&self) -> Result<Vec<StoredTree>, StoreError> {
-        self.read(|client| {
+        self.shared.read(|client| {
             let rows = client
                 .query(
                     "SELECT id, root, parent, position, version, state, owner, resumable, launch
@@ -662,50 +587,31 @@ impl TaskStore for PostgresStore {
                     &[],
                 )
                 .map_err(io)?;
-            let mut order: Vec<TaskId> = Vec::new();
-            let mut trees: IdMap<(Option<TreeMeta>, Vec<StoredTask>)> = IdMap::default();
-            for r in &rows {
+            assemble(rows.iter().map(|r| {
                 let task = to_task(row_task(r))?;
-                let entry = trees.entry(task.root).or_insert_with(|| {
-                    order.push(task.root);
-                    (None, Vec::new())
-                });
-                if task.parent.is_none() {
-                    let launch = r
-                        .get::<_, Option<String>>(8)
-                        .map(|l| serde_json::from_str(&l))
-                        .transpose()
-                        .map_err(|x| {
-                            StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root))
-                        })?;
-                    entry.0 = Some(TreeMeta {
-                        root: task.root,
-                        owner: r.get(6),
-                        resumable: r.get::<_, Option<bool>>(7).unwrap_or(false),
-                        launch,
-                    });
+                if task.parent.is_some() {
+                    return Ok((task, None));
                 }
-                entry.1.push(task);
-            }
-            let mut out = Vec::with_capacity(order.len());
-            for root in order {
-                let (meta, tasks) = trees.remove(&root).expect("listed");
-                // A tree without its root row is reported by the restore,
-                // which names what is missing.
-                let meta = meta.unwrap_or(TreeMeta {
-                    root,
-                    owner: None,
-                    resumable: false,
-                    launch: None,
-                });
-                out.push(StoredTree { meta, tasks });
-            }
-            Ok(out)
+                let launch = r
+                    .get::<_, Option<String>>(8)
+                    .map(|l| serde_json::from_str(&l))
+                    .transpose()
+                    .map_err(|x| {
+                        StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root))
+                    })?;
+                let meta = TreeMeta {
+                    root: task.root,
+                    owner: r.get(6),
+                    resumable: r.get::<_, Option<bool>>(7).unwrap_or(false),
+                    launch,
+                };
+                Ok((task, Some(meta)))
+            }))
         })
     }
 
     fn get(&self, id: TaskId) -> Result<Option<StoredTask>, StoreError> {
-        self.read(move |client| {
+        self.shared.read(move |client| {
             let row = client
                 .query_opt(
                     "SELECT id, root, parent, position, version, state FROM subtask_tasks WHERE id = $1",

@@ -21,7 +21,6 @@
 //! `PRAGMA user_version` holds the schema version and `application_id`
 //! marks the file as subtask's; a newer schema or a foreign file is refused.
 
-use std::collections::VecDeque;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,9 +30,9 @@ use futures::future::BoxFuture;
 use parking_lot::{Condvar, Mutex};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
+use super::queue::{Next, WriteQueue, assemble};
 use super::{
-    Durability, StoreError, StoredTask, StoredTree, TaskStore, Ticket, TreeMeta, Watermark, WriteBatch,
-    WriteOp,
+    Durability, StoreError, StoredTask, StoredTree, TaskStore, Ticket, TreeMeta, WriteBatch, WriteOp,
 };
 use crate::model::IdMap;
 use crate::model::TaskId;
@@ -84,24 +83,9 @@ impl SqliteConfig {
     }
 }
 
-type ReadJob = Box<dyn FnOnce(&mut Writer) + Send>;
-
-enum Job {
-    Write(u64, WriteBatch),
-    Read(ReadJob),
-}
-
-#[derive(Default)]
-struct Queue {
-    next: u64,
-    pending: VecDeque<Job>,
-    closing: bool,
-}
-
 struct Shared {
-    queue: Mutex<Queue>,
-    wake: Condvar,
-    mark: Arc<Watermark>,
+    /// Batches and reads for the writer, and the durable watermark.
+    queue: WriteQueue<Writer>,
     /// Commits waiting for the syncer's fsync (full durability with group
     /// commit); `None` when SQLite's own commit is the durability point.
     sync: Option<Syncer>,
@@ -244,9 +228,7 @@ impl SqliteStore {
             None
         };
         let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue::default()),
-            wake: Condvar::new(),
-            mark: Watermark::new(),
+            queue: WriteQueue::new(),
             sync,
         });
         let syncer = if shared.sync.is_some() {
@@ -294,41 +276,19 @@ impl SqliteStore {
         })
     }
 
-    /// Runs `f` on the writer's connection after every batch submitted
-    /// before, and waits for its answer.
-    fn read<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Writer) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        {
-            let mut q = self.shared.queue.lock();
-            if q.closing {
-                return Err(StoreError::Failed("the store is closed".into()));
-            }
-            q.pending.push_back(Job::Read(Box::new(move |c| {
-                let _ = tx.send(f(c));
-            })));
-        }
-        self.shared.wake.notify_one();
-        rx.recv()
-            .map_err(|_| StoreError::Failed("the store's writer thread stopped".into()))?
-    }
-
     /// Waits until every batch submitted so far is durable (blocking).
     ///
     /// # Errors
     ///
     /// The store failed.
     pub fn flush(&self) -> Result<(), StoreError> {
-        self.shared.mark.wait_blocking(self.last_ticket())
+        self.shared.queue.mark.wait_blocking(self.last_ticket())
     }
 }
 
 impl Drop for SqliteStore {
     fn drop(&mut self) {
-        self.shared.queue.lock().closing = true;
-        self.shared.wake.notify_all();
+        self.shared.queue.close();
         if let Some(h) = self.writer.lock().take() {
             let _ = h.join();
         }
@@ -566,33 +526,14 @@ struct Folded {
 
 /// Moves queued writes into `group` (at most `max`), or takes the read job
 /// at the front when `group` is empty. Reads never overtake writes.
-fn take(q: &mut Queue, group: &mut Vec<(u64, WriteBatch)>, max: usize) -> Option<ReadJob> {
-    while group.len() < max {
-        match q.pending.pop_front() {
-            Some(Job::Write(t, b)) => group.push((t, b)),
-            Some(Job::Read(r)) if group.is_empty() => return Some(r),
-            Some(job @ Job::Read(_)) => {
-                q.pending.push_front(job);
-                return None;
-            }
-            None => return None,
-        }
-    }
-    None
-}
-
 fn writer_loop(mut w: Writer, shared: &Shared, max: usize, path: &Path) {
     let mut group: Vec<(u64, WriteBatch)> = Vec::new();
     let mut failed = false;
     let debug = std::env::var_os("SUBTASK_STORE_DEBUG").is_some();
     let (mut groups, mut batches, mut busy) = (0u64, 0u64, std::time::Duration::ZERO);
     loop {
-        let read = {
-            let mut q = shared.queue.lock();
-            while q.pending.is_empty() && !q.closing {
-                shared.wake.wait(&mut q);
-            }
-            if q.pending.is_empty() {
+        match shared.queue.next(&mut group, max) {
+            Next::Stop => {
                 if debug {
                     eprintln!(
                         "# store writer: {groups} group commits, {batches} batches ({:.1} per commit), {:.0} us per commit, {:.0} us in COMMIT",
@@ -603,11 +544,11 @@ fn writer_loop(mut w: Writer, shared: &Shared, max: usize, path: &Path) {
                 }
                 return;
             }
-            take(&mut q, &mut group, max)
-        };
-        if let Some(read) = read {
-            read(&mut w);
-            continue;
+            Next::Read(read) => {
+                read(&mut w);
+                continue;
+            }
+            Next::Commit => {}
         }
         let (Some(first), Some(last)) = (group.first().map(|g| g.0), group.last().map(|g| g.0)) else {
             continue;
@@ -631,14 +572,14 @@ fn writer_loop(mut w: Writer, shared: &Shared, max: usize, path: &Path) {
                     }
                     // Durable now: release the writers first; the writer's
                     // own maps can wait.
-                    None => shared.mark.advance(Ticket(last)),
+                    None => shared.queue.mark.advance(Ticket(last)),
                 }
                 w.fold(folded);
             }
             Err(e) => {
                 tracing::error!(error = %e, "a store commit failed; no further writes are accepted");
                 failed = true;
-                shared.mark.fail(Ticket(first), e);
+                shared.queue.mark.fail(Ticket(first), e);
             }
         }
         group.clear();
@@ -691,10 +632,10 @@ fn syncer_loop(shared: &Shared) {
         if let Err(e) = r {
             let e = StoreError::Io(format!("fsync of the write-ahead log failed: {e}"));
             tracing::error!(error = %e, "the store cannot make commits durable; no further writes are accepted");
-            shared.mark.fail(Ticket(synced + 1), e);
+            shared.queue.mark.fail(Ticket(synced + 1), e);
             return;
         }
-        shared.mark.advance(Ticket(target));
+        shared.queue.mark.advance(Ticket(target));
         released_before = released_last;
         released_last = target - synced;
         synced = target;
@@ -753,33 +694,24 @@ fn to_task((id, root, parent, position, version, state): TaskRow) -> Result<Stor
 
 impl TaskStore for SqliteStore {
     fn submit(&self, batch: WriteBatch) -> Ticket {
-        let t = {
-            let mut q = self.shared.queue.lock();
-            q.next += 1;
-            let t = q.next;
-            q.pending.push_back(Job::Write(t, batch));
-            t
-        };
-        self.shared.wake.notify_one();
-        Ticket(t)
+        self.shared.queue.submit(batch)
     }
 
     fn is_durable(&self, ticket: Ticket) -> Result<bool, StoreError> {
-        self.shared.mark.check(ticket)
+        self.shared.queue.mark.check(ticket)
     }
 
     fn wait_durable(&self, ticket: Ticket) -> BoxFuture<'static, Result<(), StoreError>> {
-        Box::pin(self.shared.mark.clone().wait(ticket))
+        Box::pin(self.shared.queue.mark.clone().wait(ticket))
     }
 
     fn last_ticket(&self) -> Ticket {
-        Ticket(self.shared.queue.lock().next)
+        self.shared.queue.last_ticket()
     }
 
     fn load(&self) -> Result<Vec<StoredTree>, StoreError> {
-        self.read(|w| {
+        self.shared.queue.read(|w| {
             let e = |x: rusqlite::Error| StoreError::Corrupt(x.to_string());
-            let mut trees: IdMap<(Option<TreeMeta>, Vec<StoredTask>)> = IdMap::default();
             let mut stmt = w
                 .conn
                 .prepare(
@@ -788,45 +720,35 @@ impl TaskStore for SqliteStore {
                 )
                 .map_err(e)?;
             let mut rows = stmt.query([]).map_err(e)?;
+            let mut read = Vec::new();
             while let Some(r) = rows.next().map_err(e)? {
                 let task = to_task(row_task(r).map_err(e)?)?;
-                let entry = trees.entry(task.root).or_default();
-                if task.parent.is_none() {
-                    let launch = r
-                        .get::<_, Option<String>>(8)
-                        .map_err(e)?
-                        .map(|l| serde_json::from_str(&l))
-                        .transpose()
-                        .map_err(|x| {
-                            StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root))
-                        })?;
-                    entry.0 = Some(TreeMeta {
-                        root: task.root,
-                        owner: r.get(6).map_err(e)?,
-                        resumable: r.get::<_, Option<bool>>(7).map_err(e)?.unwrap_or(false),
-                        launch,
-                    });
+                if task.parent.is_some() {
+                    read.push(Ok((task, None)));
+                    continue;
                 }
-                entry.1.push(task);
+                let launch = r
+                    .get::<_, Option<String>>(8)
+                    .map_err(e)?
+                    .map(|l| serde_json::from_str(&l))
+                    .transpose()
+                    .map_err(|x| {
+                        StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root))
+                    })?;
+                let meta = TreeMeta {
+                    root: task.root,
+                    owner: r.get(6).map_err(e)?,
+                    resumable: r.get::<_, Option<bool>>(7).map_err(e)?.unwrap_or(false),
+                    launch,
+                };
+                read.push(Ok((task, Some(meta))));
             }
-            let mut out = Vec::with_capacity(trees.len());
-            for (root, (meta, tasks)) in trees {
-                // A tree without its root row is reported by the restore,
-                // which names what is missing.
-                let meta = meta.unwrap_or(TreeMeta {
-                    root,
-                    owner: None,
-                    resumable: false,
-                    launch: None,
-                });
-                out.push(StoredTree { meta, tasks });
-            }
-            Ok(out)
+            assemble(read)
         })
     }
 
     fn get(&self, id: TaskId) -> Result<Option<StoredTask>, StoreError> {
-        self.read(move |w| {
+        self.shared.queue.read(move |w| {
             let e = |x: rusqlite::Error| StoreError::Io(x.to_string());
             let Some(&rowid) = w.rows.get(&id) else {
                 return Ok(None);

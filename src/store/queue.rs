@@ -1,0 +1,164 @@
+//! The queue between a store's callers and its one writer thread, shared
+//! by the SQLite and PostgreSQL stores: `submit` hands out tickets in
+//! order without I/O, reads run on the writer's connection after every
+//! batch submitted before them, and the writer takes whole groups of
+//! batches to commit together. Also the assembly of loaded rows into trees.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::{StoreError, StoredTask, StoredTree, Ticket, TreeMeta, Watermark, WriteBatch};
+use crate::model::{IdMap, TaskId};
+
+/// Work for the writer that reads its connection `C`.
+pub(crate) type ReadJob<C> = Box<dyn FnOnce(&mut C) + Send>;
+
+enum Job<C> {
+    Write(u64, WriteBatch),
+    Read(ReadJob<C>),
+}
+
+struct Queue<C> {
+    next: u64,
+    pending: VecDeque<Job<C>>,
+    closing: bool,
+}
+
+/// What the writer does next.
+pub(crate) enum Next<C> {
+    /// Commit the group it was handed.
+    Commit,
+    /// Run a read.
+    Read(ReadJob<C>),
+    /// The store closed and everything queued is done.
+    Stop,
+}
+
+/// The queue, its wake-up and the durable watermark.
+pub(crate) struct WriteQueue<C> {
+    queue: Mutex<Queue<C>>,
+    wake: Condvar,
+    /// Tickets up to it are durable.
+    pub(crate) mark: Arc<Watermark>,
+}
+
+impl<C: 'static> WriteQueue<C> {
+    pub(crate) fn new() -> Self {
+        WriteQueue {
+            queue: Mutex::new(Queue {
+                next: 0,
+                pending: VecDeque::new(),
+                closing: false,
+            }),
+            wake: Condvar::new(),
+            mark: Watermark::new(),
+        }
+    }
+
+    /// Queues `batch`; its ticket, at once.
+    pub(crate) fn submit(&self, batch: WriteBatch) -> Ticket {
+        let t = {
+            let mut q = self.queue.lock();
+            q.next += 1;
+            let t = q.next;
+            q.pending.push_back(Job::Write(t, batch));
+            t
+        };
+        self.wake.notify_one();
+        Ticket(t)
+    }
+
+    /// The latest ticket handed out.
+    pub(crate) fn last_ticket(&self) -> Ticket {
+        Ticket(self.queue.lock().next)
+    }
+
+    /// Runs `f` on the writer's connection after every batch submitted
+    /// before, and waits for its answer (blocking).
+    pub(crate) fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut C) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        {
+            let mut q = self.queue.lock();
+            if q.closing {
+                return Err(StoreError::Failed("the store is closed".into()));
+            }
+            q.pending.push_back(Job::Read(Box::new(move |c| {
+                let _ = tx.send(f(c));
+            })));
+        }
+        self.wake.notify_one();
+        rx.recv()
+            .map_err(|_| StoreError::Failed("the store's writer thread stopped".into()))?
+    }
+
+    /// Asks the writer to stop once everything queued is done.
+    pub(crate) fn close(&self) {
+        self.queue.lock().closing = true;
+        self.wake.notify_all();
+    }
+
+    /// The writer's next step, waiting for work: up to `max` queued batches
+    /// moved into `group` (empty on entry), or a read queued before any of
+    /// them, or the end.
+    pub(crate) fn next(&self, group: &mut Vec<(u64, WriteBatch)>, max: usize) -> Next<C> {
+        let mut q = self.queue.lock();
+        while q.pending.is_empty() && !q.closing {
+            self.wake.wait(&mut q);
+        }
+        if q.pending.is_empty() {
+            return Next::Stop;
+        }
+        while group.len() < max {
+            match q.pending.pop_front() {
+                Some(Job::Write(t, b)) => group.push((t, b)),
+                Some(Job::Read(r)) if group.is_empty() => return Next::Read(r),
+                Some(job @ Job::Read(_)) => {
+                    q.pending.push_front(job);
+                    break;
+                }
+                None => break,
+            }
+        }
+        Next::Commit
+    }
+}
+
+/// Loaded task rows into trees, in the order of each tree's first row: a
+/// root row carries its tree's metadata. A tree without its root row gets
+/// empty metadata here and is reported by the restore, which names what is
+/// missing.
+pub(crate) fn assemble(
+    rows: impl IntoIterator<Item = Result<(StoredTask, Option<TreeMeta>), StoreError>>,
+) -> Result<Vec<StoredTree>, StoreError> {
+    let mut order: Vec<TaskId> = Vec::new();
+    let mut trees: IdMap<(Option<TreeMeta>, Vec<StoredTask>)> = IdMap::default();
+    for row in rows {
+        let (task, meta) = row?;
+        let entry = trees.entry(task.root).or_insert_with(|| {
+            order.push(task.root);
+            (None, Vec::new())
+        });
+        if meta.is_some() {
+            entry.0 = meta;
+        }
+        entry.1.push(task);
+    }
+    Ok(order
+        .into_iter()
+        .map(|root| {
+            let (meta, tasks) = trees.remove(&root).expect("listed");
+            let meta = meta.unwrap_or(TreeMeta {
+                root,
+                owner: None,
+                resumable: false,
+                launch: None,
+            });
+            StoredTree { meta, tasks }
+        })
+        .collect())
+}
