@@ -36,6 +36,9 @@ use subtask::store::{Durability, MemoryStore, SqliteConfig, SqliteStore, TaskSto
 const CREATORS: usize = 64;
 
 #[cfg(feature = "postgres")]
+#[path = "../tests/support/pg.rs"]
+mod pg;
+#[cfg(feature = "postgres")]
 #[path = "../tests/support/pg_server.rs"]
 mod pg_server;
 
@@ -184,36 +187,16 @@ fn main() {
         "# the same creators with the in-memory store (no I/O; the runtime side's ceiling): {:.0} creates/s",
         rate(&memory)
     );
-    for (i, (g, e)) in grouped.iter().zip(&each).enumerate() {
-        println!(
-            "# round {i}: grouped {} creates in {:.2} s ({:.0}/s); fsync_each {} creates in {:.2} s ({:.0}/s); ratio {:.1}",
-            g.creates,
-            g.elapsed.as_secs_f64(),
-            rate(g),
-            e.creates,
-            e.elapsed.as_secs_f64(),
-            rate(e),
-            rate(g) / rate(e)
-        );
-    }
-    println!("# figures: medians of {ROUNDS} rounds (the ratio: median of the per-round ratios)");
-    println!(
-        "durable_create_grouped: subtask={:.0}",
-        median(grouped.iter().map(rate).collect())
-    );
-    println!(
-        "durable_create_fsync_each: subtask={:.0}",
-        median(each.iter().map(rate).collect())
-    );
-    println!(
-        "group_commit_ratio: {:.1}",
-        median(
-            grouped
-                .iter()
-                .zip(&each)
-                .map(|(g, e)| rate(g) / rate(e))
-                .collect()
-        )
+    report(
+        "round",
+        "fsync_each",
+        &grouped,
+        &each,
+        [
+            "durable_create_grouped",
+            "durable_create_fsync_each",
+            "group_commit_ratio",
+        ],
     );
     let mut latencies: Vec<f64> = grouped
         .iter()
@@ -231,10 +214,46 @@ fn main() {
     postgres_figures(scale);
 }
 
+/// Prints each round as a `#` line, then the medians of the grouped and
+/// one-commit-per-create rates and of the per-round ratios, as `names`.
+fn report(round: &str, each_label: &str, grouped: &[Run], each: &[Run], names: [&str; 3]) {
+    for (i, (g, e)) in grouped.iter().zip(each).enumerate() {
+        println!(
+            "# {round} {i}: grouped {} creates in {:.2} s ({:.0}/s); {each_label} {} creates in {:.2} s ({:.0}/s); ratio {:.1}",
+            g.creates,
+            g.elapsed.as_secs_f64(),
+            rate(g),
+            e.creates,
+            e.elapsed.as_secs_f64(),
+            rate(e),
+            rate(g) / rate(e)
+        );
+    }
+    println!(
+        "# figures: medians of {} rounds (the ratio: median of the per-round ratios)",
+        grouped.len()
+    );
+    println!(
+        "{}: subtask={:.0}",
+        names[0],
+        median(grouped.iter().map(rate).collect())
+    );
+    println!(
+        "{}: subtask={:.0}",
+        names[1],
+        median(each.iter().map(rate).collect())
+    );
+    println!(
+        "{}: {:.1}",
+        names[2],
+        median(grouped.iter().zip(each).map(|(g, e)| rate(g) / rate(e)).collect())
+    );
+}
+
 /// The PostgreSQL server to measure: `SUBTASK_TEST_PG`'s, or one started here.
 #[cfg(feature = "postgres")]
 enum Pg {
-    External(String),
+    External,
     Own(pg_server::PgServer),
 }
 
@@ -243,13 +262,8 @@ impl Pg {
     fn database(&self, name: &str) -> Result<String, String> {
         match self {
             Pg::Own(server) => server.create_database(name),
-            Pg::External(url) => {
-                let mut c = postgres::Client::connect(url, postgres::NoTls).map_err(|e| e.to_string())?;
-                c.batch_execute(&format!("DROP DATABASE IF EXISTS {name}; CREATE DATABASE {name}"))
-                    .map_err(|e| e.to_string())?;
-                let (prefix, _) = url.rsplit_once('/').ok_or("a URL with a database")?;
-                Ok(format!("{prefix}/{name}"))
-            }
+            // A fresh database on the test run's server.
+            Pg::External => Ok(pg::fresh_database()),
         }
     }
 }
@@ -259,7 +273,7 @@ impl Pg {
 fn postgres_figures(scale: usize) {
     use subtask::store::{PostgresConfig, PostgresStore};
     let pg = match std::env::var("SUBTASK_TEST_PG") {
-        Ok(url) => Pg::External(url),
+        Ok(_) => Pg::External,
         Err(_) => match pg_server::PgServer::start() {
             Ok(server) => Pg::Own(server),
             Err(why) => {
@@ -284,7 +298,7 @@ fn postgres_figures(scale: usize) {
         "# postgres: {} on this machine, synchronous_commit=on, the same {CREATORS} creators",
         match &pg {
             Pg::Own(_) => "a server the bench started",
-            Pg::External(_) => "SUBTASK_TEST_PG's server",
+            Pg::External => "SUBTASK_TEST_PG's server",
         }
     );
     let _ = run_on(open("bench_pg_warmup", usize::MAX), 200 * scale);
@@ -297,35 +311,16 @@ fn postgres_figures(scale: usize) {
         ));
         each.push(run_on(open(&format!("bench_pg_each_{i}"), 1), 30 * scale));
     }
-    for (i, (g, e)) in grouped.iter().zip(&each).enumerate() {
-        println!(
-            "# pg round {i}: grouped {} creates in {:.2} s ({:.0}/s); each {} creates in {:.2} s ({:.0}/s); ratio {:.1}",
-            g.creates,
-            g.elapsed.as_secs_f64(),
-            rate(g),
-            e.creates,
-            e.elapsed.as_secs_f64(),
-            rate(e),
-            rate(g) / rate(e)
-        );
-    }
-    println!(
-        "pg_durable_create_grouped: subtask={:.0}",
-        median(grouped.iter().map(rate).collect())
-    );
-    println!(
-        "pg_durable_create_each: subtask={:.0}",
-        median(each.iter().map(rate).collect())
-    );
-    println!(
-        "pg_group_commit_ratio: {:.1}",
-        median(
-            grouped
-                .iter()
-                .zip(&each)
-                .map(|(g, e)| rate(g) / rate(e))
-                .collect()
-        )
+    report(
+        "pg round",
+        "each",
+        &grouped,
+        &each,
+        [
+            "pg_durable_create_grouped",
+            "pg_durable_create_each",
+            "pg_group_commit_ratio",
+        ],
     );
     println!(
         "# not yet measured (the multi-instance part of the scale-out): pg_get_nonowner_p99, takeover_ms"
