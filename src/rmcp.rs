@@ -318,14 +318,7 @@ impl<H: ServerHandler> ServerHandler for WithSubtasks<H> {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        if !is_modern(&context)
-            || !self
-                .server
-                .inner
-                .tools
-                .iter()
-                .any(|t| t.spec.name == request.name)
-        {
+        if !is_modern(&context) || !self.server.has_tool(&request.name) {
             return self.handler.call_tool(request, context).await;
         }
         let result = self.delegate("tools/call", &request, &context).await?;
@@ -557,7 +550,10 @@ impl<H: ServerHandler> ServerHandler for WithSubtasks<H> {
 struct Front<S, M> {
     server: Server,
     rmcp: StreamableHttpService<S, M>,
-    stopped: tokio::sync::watch::Receiver<bool>,
+    /// subtask's endpoint ends its streams when this turns; none of the
+    /// methods routed to it streams, so it never does (it is kept, not
+    /// leaked, so that its receivers stay open).
+    stop: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl<S, M> Clone for Front<S, M> {
@@ -565,7 +561,7 @@ impl<S, M> Clone for Front<S, M> {
         Front {
             server: self.server.clone(),
             rmcp: self.rmcp.clone(),
-            stopped: self.stopped.clone(),
+            stop: self.stop.clone(),
         }
     }
 }
@@ -582,16 +578,13 @@ where
     S: ServerHandler + Send + 'static,
     M: SessionManager,
 {
-    // subtask's endpoint ends its streams at shutdown; none of the methods
-    // routed to it streams, so this never turns.
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    std::mem::forget(stop);
+    let (stop, _) = tokio::sync::watch::channel(false);
     axum::Router::new()
         .route("/mcp", axum::routing::any(front::<S, M>))
         .with_state(Front {
             server,
             rmcp,
-            stopped,
+            stop: Arc::new(stop),
         })
 }
 
@@ -626,10 +619,7 @@ fn routed_to_subtask(server: &Server, headers: &HeaderMap, body: &[u8]) -> bool 
         Some("tools/call") => peek
             .params
             .and_then(|p| p.name)
-            .and_then(|n| {
-                n.as_str()
-                    .map(|name| server.inner.tools.iter().any(|t| t.spec.name == name))
-            })
+            .and_then(|n| n.as_str().map(|name| server.has_tool(name)))
             .unwrap_or(false),
         _ => false,
     }
@@ -661,7 +651,7 @@ where
     if request.method() == axum::http::Method::POST
         && routed_to_subtask(&front.server, request.headers(), &bytes)
     {
-        crate::server::http::answer(front.server.clone(), front.stopped.clone(), request).await
+        crate::server::http::answer(front.server.clone(), front.stop.subscribe(), request).await
     } else {
         front.rmcp.handle(request).await.map(Body::new)
     }

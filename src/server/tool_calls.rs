@@ -90,6 +90,12 @@ impl Server {
         })
     }
 
+    /// Whether a tool named `name` is registered.
+    #[cfg(feature = "rmcp")]
+    pub(crate) fn has_tool(&self, name: &str) -> bool {
+        self.tool(name).is_ok()
+    }
+
     fn tool(&self, name: &str) -> Result<&RegisteredTool, ErrorObject> {
         self.inner
             .tools
