@@ -297,6 +297,7 @@ impl Written {
                         self.seen.deleted_trees += 1;
                     }
                     WriteOp::PutTree(_) => self.seen.put_trees += 1,
+                    WriteOp::Receipt { .. } => unreachable!("the generator writes no receipts"),
                 }
             }
             self.seen.batches += 1;

@@ -21,8 +21,10 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use subtask::runtime::{Runtime, RuntimeConfig};
-use subtask::server::{Server, ServerConfig, TokenTable};
-use subtask::store::{Durability, PostgresConfig, PostgresStore, SqliteConfig, SqliteStore, TaskStore};
+use subtask::server::{ClusterConfig, Server, ServerConfig, TokenTable};
+use subtask::store::{
+    Durability, Membership, PostgresConfig, PostgresStore, Registration, SqliteConfig, SqliteStore, TaskStore,
+};
 
 /// subtask: hierarchical, long-running MCP tasks with subtasks, steering and pause/resume.
 #[derive(Debug, Parser)]
@@ -61,6 +63,16 @@ enum Command {
         /// `synchronous_commit = off` (survives a process crash only).
         #[arg(long, default_value = "full", value_parser = ["full", "relaxed"])]
         durability: String,
+        /// With a PostgreSQL --db: this instance's id in the cluster of
+        /// instances on that database (random when not given). A restart
+        /// with the same id takes that id's trees back at once.
+        #[arg(long = "instance-id")]
+        instance_id: Option<uuid::Uuid>,
+        /// With a PostgreSQL --db: the lease, in seconds. An instance that
+        /// cannot renew it in time stops and exits (status 75); the others
+        /// take its trees over once it expires.
+        #[arg(long, default_value_t = 5.0)]
+        lease: f64,
     },
     /// Print the protocol surface this build implements.
     Info,
@@ -129,7 +141,14 @@ fn main() -> ExitCode {
             db,
             memory,
             durability,
+            instance_id,
+            lease,
         } => {
+            if !(lease.is_finite() && (0.3..=3600.0).contains(&lease)) {
+                eprintln!("subtask: --lease must be between 0.3 and 3600 seconds");
+                return ExitCode::from(cli::EXIT_USAGE);
+            }
+            let lease = std::time::Duration::from_secs_f64(lease);
             let store = if memory {
                 None
             } else {
@@ -141,6 +160,10 @@ fn main() -> ExitCode {
                     if db.starts_with("postgres://") || db.starts_with("postgresql://") {
                         StoreChoice::Postgres(PostgresConfig {
                             durability,
+                            member: Some(Membership {
+                                instance: instance_id.unwrap_or_else(uuid::Uuid::new_v4),
+                                lease,
+                            }),
                             ..PostgresConfig::new(db)
                         })
                     } else {
@@ -159,7 +182,16 @@ fn main() -> ExitCode {
                 }
             };
             match rt.block_on(serve(listen, tokens, stdio, allow_hosts, store)) {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(Served::Stopped) => ExitCode::SUCCESS,
+                Ok(Served::LostLease) => {
+                    eprintln!(
+                        "subtask: this instance lost its cluster lease; exiting so that it restarts as a new member"
+                    );
+                    // At once: nothing of this process may run on (its
+                    // trees are another instance's), and dropping the async
+                    // runtime would wait for its threads.
+                    std::process::exit(75)
+                }
                 Err(e) => {
                     eprintln!("subtask: {e}");
                     ExitCode::from(3)
@@ -169,6 +201,18 @@ fn main() -> ExitCode {
     }
 }
 
+/// How `serve` ended.
+enum Served {
+    /// A shutdown signal.
+    Stopped,
+    /// A cluster instance lost its lease: the process exits (status 75,
+    /// `EX_TEMPFAIL`) and a supervisor restarts it.
+    LostLease,
+}
+
+/// A PostgreSQL cluster member's registration and cluster settings.
+type Joining = (Registration, ClusterConfig);
+
 /// The store `--db` names.
 enum StoreChoice {
     Sqlite(SqliteConfig),
@@ -176,18 +220,26 @@ enum StoreChoice {
 }
 
 impl StoreChoice {
-    /// Opens it (blocking: connects, migrates, starts the writer).
-    fn open(self) -> Result<Arc<dyn TaskStore>, String> {
+    /// Opens it (blocking: connects, migrates, starts the writer), with a
+    /// PostgreSQL cluster member's registration and cluster settings.
+    fn open(self) -> Result<(Arc<dyn TaskStore>, Option<Joining>), String> {
         match self {
             StoreChoice::Sqlite(cfg) => {
                 let path = cfg.path.clone();
                 SqliteStore::open(cfg)
-                    .map(|s| Arc::new(s) as Arc<dyn TaskStore>)
+                    .map(|s| (Arc::new(s) as Arc<dyn TaskStore>, None))
                     .map_err(|e| format!("cannot open the task database {}: {e}", path.display()))
             }
-            StoreChoice::Postgres(cfg) => PostgresStore::open(cfg)
-                .map(|s| Arc::new(s) as Arc<dyn TaskStore>)
-                .map_err(|e| format!("cannot open the PostgreSQL task database: {e}")),
+            StoreChoice::Postgres(cfg) => {
+                let cluster = cfg
+                    .member
+                    .as_ref()
+                    .map(|m| ClusterConfig::new(cfg.url.clone(), m.lease));
+                let store = PostgresStore::open(cfg)
+                    .map_err(|e| format!("cannot open the PostgreSQL task database: {e}"))?;
+                let joined = store.registration().cloned().zip(cluster);
+                Ok((Arc::new(store) as Arc<dyn TaskStore>, joined))
+            }
         }
     }
 }
@@ -198,7 +250,7 @@ async fn serve(
     stdio: bool,
     allow_hosts: Vec<String>,
     store: Option<StoreChoice>,
-) -> Result<(), String> {
+) -> Result<Served, String> {
     let mut config = ServerConfig {
         allowed_hosts: allow_hosts,
         ..ServerConfig::default()
@@ -218,17 +270,24 @@ async fn serve(
             "no --tokens file: the server runs as one anonymous principal (anyone who can reach it sees every task)"
         ),
     }
+    let mut membership = None;
     let runtime = match store {
         None => {
             tracing::warn!("--memory: tasks are kept in memory only and are lost when the server stops");
             Runtime::new(RuntimeConfig::default())
         }
         Some(choice) => {
-            let store = tokio::task::spawn_blocking(move || choice.open())
+            let (store, member) = tokio::task::spawn_blocking(move || choice.open())
                 .await
                 .map_err(|e| e.to_string())??;
             tracing::info!(store = %store.describe(), "tasks are durable");
-            Runtime::with_store(RuntimeConfig::default(), store)
+            let runtime = Runtime::with_store(RuntimeConfig::default(), store);
+            if let Some((registration, _)) = &member {
+                // Before recovery starts any handler: none runs past the lease.
+                runtime.set_lease(registration.gate.clone());
+            }
+            membership = member;
+            runtime
         }
     };
     let server = subtask::demo::register(Server::builder(runtime, config)).build();
@@ -239,20 +298,39 @@ async fn serve(
     if report.trees > 0 {
         tracing::info!(%report, "recovered stored tasks");
     }
+    let cluster = match &membership {
+        Some((registration, config)) => Some(
+            server
+                .join_cluster(registration, config.clone())
+                .map_err(|e| format!("cannot join the cluster: {e}"))?,
+        ),
+        None => None,
+    };
+    let lost = async move {
+        match &cluster {
+            Some(c) => c.lost().await,
+            None => std::future::pending().await,
+        }
+    };
     if stdio {
         tracing::info!("serving MCP on stdio");
-        return subtask::server::stdio::serve_stdio(server)
-            .await
-            .map_err(|e| format!("stdio: {e}"));
+        return tokio::select! {
+            r = subtask::server::stdio::serve_stdio(server) => r.map(|()| Served::Stopped).map_err(|e| format!("stdio: {e}")),
+            () = lost => Ok(Served::LostLease),
+        };
     }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!("subtask listening on http://{addr}/mcp");
-    subtask::server::http::serve(server, listener, subtask::server::http::shutdown_signal())
-        .await
-        .map_err(|e| format!("http: {e}"))?;
+    tokio::select! {
+        r = subtask::server::http::serve(server, listener, subtask::server::http::shutdown_signal()) => {
+            r.map_err(|e| format!("http: {e}"))?;
+        }
+        // No graceful drain: the trees are another instance's now.
+        () = lost => return Ok(Served::LostLease),
+    }
     tracing::info!("shut down cleanly");
-    Ok(())
+    Ok(Served::Stopped)
 }

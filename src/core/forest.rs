@@ -17,9 +17,9 @@ use std::sync::Arc;
 use super::config::ForestConfig;
 use super::effect::Effect;
 use super::error::{Limit, TransitionError};
-use super::record::{Active, Child, HandlerState, PauseState, Phase, TaskRecord, Terminal};
+use super::record::{Active, Child, HandlerState, PauseState, Phase, TaskRecord};
 use super::table::{Slot, TaskTable};
-use crate::model::{ClientView, DetailedTask, RootOptions, Task, TaskId, TaskPayload, TaskStatus, Timestamp};
+use crate::model::{ClientView, DetailedTask, RootOptions, TaskId, TaskStatus, Timestamp};
 
 /// A timer in the ordered deadline structure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -219,35 +219,7 @@ impl Forest {
     /// (payloads are reference-counted; children and input keys are copied).
     pub fn snapshot(&self, id: TaskId, view: ClientView) -> Option<DetailedTask> {
         let rec = self.tasks.get(&id)?;
-        let status = rec.status();
-        let payload = match &rec.phase {
-            Phase::Terminal(Terminal::Completed { result }) => TaskPayload::Completed {
-                result: result.clone(),
-            },
-            Phase::Terminal(Terminal::Failed { error }) => TaskPayload::Failed {
-                error: (**error).clone(),
-            },
-            Phase::Terminal(Terminal::Cancelled { .. }) => TaskPayload::Cancelled,
-            Phase::Active(_) => match status {
-                TaskStatus::Paused if view.show_paused => TaskPayload::Paused,
-                TaskStatus::InputRequired => TaskPayload::InputRequired {
-                    input_requests: rec.outstanding_inputs().clone(),
-                },
-                _ => TaskPayload::Working,
-            },
-        };
-        let task = Task {
-            task_id: rec.id,
-            status,
-            status_message: rec.status_message(),
-            created_at: rec.created_at,
-            last_updated_at: rec.last_updated_at,
-            ttl_ms: rec.ttl_ms,
-            poll_interval_ms: rec.poll_interval_ms,
-            parent_task_id: rec.parent(),
-            child_task_ids: rec.child_ids(),
-        };
-        Some(DetailedTask::new(task, payload))
+        Some(rec.detailed(rec.child_ids(), view))
     }
 
     /// Every task of the tree in result order (I12): post-order by

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::table::Slot;
-use crate::model::{ErrorObject, JsonObject, TaskId, TaskStatus, Timestamp};
+use crate::model::{
+    ClientView, DetailedTask, ErrorObject, JsonObject, Task, TaskId, TaskPayload, TaskStatus, Timestamp,
+};
 
 /// What the handler of a task returned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -273,6 +275,42 @@ impl TaskRecord {
     /// Number of children.
     pub fn child_count(&self) -> usize {
         self.children.len()
+    }
+
+    /// The task as `view` sees it, with `children` as its `childTaskIds`
+    /// (what [`Forest::snapshot`](super::Forest::snapshot) shows; a cluster
+    /// instance builds the same answer from a stored record and its
+    /// children's rows).
+    pub fn detailed(&self, children: Vec<TaskId>, view: ClientView) -> DetailedTask {
+        let status = self.status();
+        let payload = match &self.phase {
+            Phase::Terminal(Terminal::Completed { result }) => TaskPayload::Completed {
+                result: result.clone(),
+            },
+            Phase::Terminal(Terminal::Failed { error }) => TaskPayload::Failed {
+                error: (**error).clone(),
+            },
+            Phase::Terminal(Terminal::Cancelled { .. }) => TaskPayload::Cancelled,
+            Phase::Active(_) => match status {
+                TaskStatus::Paused if view.show_paused => TaskPayload::Paused,
+                TaskStatus::InputRequired => TaskPayload::InputRequired {
+                    input_requests: self.outstanding_inputs().clone(),
+                },
+                _ => TaskPayload::Working,
+            },
+        };
+        let task = Task {
+            task_id: self.id,
+            status,
+            status_message: self.status_message(),
+            created_at: self.created_at,
+            last_updated_at: self.last_updated_at,
+            ttl_ms: self.ttl_ms,
+            poll_interval_ms: self.poll_interval_ms,
+            parent_task_id: self.parent(),
+            child_task_ids: children,
+        };
+        DetailedTask::new(task, payload)
     }
 
     /// `childTaskIds` as the wire shows it.

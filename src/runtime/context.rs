@@ -568,7 +568,7 @@ impl TaskContext {
         );
         let ctx = self;
         async move {
-            let gated = Gated::new(body(ctx.clone()), &ctx.cell, &ctx.inner, ctx.tree.root);
+            let gated = Gated::new(body(ctx.clone()), &ctx.cell, &ctx.inner, ctx.tree.root, ctx.id);
             let run = AssertUnwindSafe(gated).catch_unwind();
             let grace = ctx.inner.config.cancel_grace;
             let outcome = tokio::select! {

@@ -89,6 +89,8 @@ pub(crate) struct Inner {
     pub(crate) clock: Clock,
     /// Where every tree's changes are written; `None` keeps them in memory only.
     pub(crate) store: Option<Arc<dyn TaskStore>>,
+    /// Set by a cluster instance: no handler runs past its lease.
+    pub(crate) lease: std::sync::OnceLock<Arc<super::LeaseGate>>,
 }
 
 impl Inner {
@@ -104,6 +106,7 @@ impl Inner {
             },
             clock: Clock::new(),
             store,
+            lease: std::sync::OnceLock::new(),
         }
     }
 

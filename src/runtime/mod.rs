@@ -36,6 +36,7 @@ mod config;
 mod context;
 mod error;
 mod inner;
+mod lease;
 #[cfg(feature = "server")]
 mod owned;
 pub mod persist;
@@ -55,6 +56,7 @@ pub use crate::model::TaskOutcome;
 pub use config::RuntimeConfig;
 pub use context::{DependencyOutcome, HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError};
 pub use error::{Interrupted, RuntimeError};
+pub use lease::LeaseGate;
 pub use plan::SubtaskPlan;
 
 use crate::core::{Forest, ResultCursor};
@@ -65,7 +67,7 @@ use crate::model::{DetailedTask, InputResponses, TaskId};
 use crate::store::{StoreError, TaskStore, TreeMeta};
 use inner::Inner;
 #[cfg(feature = "server")]
-pub(crate) use owned::ListPosition;
+pub(crate) use owned::{Applied, Command, ListPosition};
 pub use recovery::{Launch, RecoveryReport};
 pub use tree::HandlerBody;
 pub use tree::Owner;
@@ -115,6 +117,14 @@ impl Runtime {
     /// The store, if the runtime has one.
     pub fn store(&self) -> Option<&Arc<dyn TaskStore>> {
         self.inner.store.as_ref()
+    }
+
+    /// Installs a lease: once `gate` lapses no handler of this runtime is
+    /// polled again (each stays frozen where it was), so an instance that
+    /// lost its lease never runs work another instance may have taken
+    /// over. Set once; later calls are ignored.
+    pub fn set_lease(&self, gate: Arc<LeaseGate>) {
+        let _ = self.inner.lease.set(gate);
     }
 
     /// Resolves once everything the tree holding `id` has shown so far is

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use super::Runtime;
 use super::tree::Owner;
-use crate::model::{ClientView, DetailedTask, TaskId};
-use crate::store::{StoreError, Ticket};
+use super::{Runtime, RuntimeError};
+use crate::model::{ClientView, DetailedTask, InputResponses, TaskId};
+use crate::store::{StoreError, Ticket, WriteOp};
 
 impl Runtime {
     /// Resolves once the store has made `ticket` durable (see
@@ -120,4 +120,70 @@ pub(crate) struct ListPosition {
     pub(crate) tree: u64,
     /// The first task of that tree to list.
     pub(crate) task: u32,
+}
+
+/// A client's command on a task, as a cluster's inbox carries it.
+#[derive(Debug, Clone)]
+pub(crate) enum Command {
+    Update(InputResponses),
+    Cancel,
+    Steer(String),
+    Pause(ClientView),
+    Resume(ClientView),
+}
+
+/// What a [`Command`] returned.
+#[derive(Debug, Clone)]
+pub(crate) enum Applied {
+    /// Accepted (`update`, `cancel`, `steer`).
+    Ack,
+    /// The task after a `pause` or `resume`.
+    Task(Box<DetailedTask>),
+}
+
+impl Runtime {
+    /// Applies `command` to task `id` and writes `receipt(outcome)` (if
+    /// any) in the same store batch as the command's effects: the command
+    /// and the record that it was applied (with its answer) commit
+    /// together, or neither does. `None` when the task is not in this
+    /// runtime (no receipt is written then).
+    pub(crate) fn apply_with_receipt(
+        &self,
+        id: TaskId,
+        command: Command,
+        receipt: impl FnOnce(&Result<Applied, RuntimeError>) -> Option<WriteOp>,
+    ) -> Option<Result<Applied, RuntimeError>> {
+        let tree = self.inner.tree_of(id)?;
+        Some(self.inner.with_tree(&tree, |st, now, post| {
+            let f = &mut st.forest;
+            let r: Result<Applied, RuntimeError> = match command {
+                Command::Update(responses) => f.answer_input(now, id, responses).map(|_| Applied::Ack),
+                Command::Cancel => f.cancel(now, id).map(|_| Applied::Ack),
+                Command::Steer(message) => f.steer(now, id, message).map(|()| Applied::Ack),
+                Command::Pause(view) => f.pause(now, id).map(|_| {
+                    Applied::Task(Box::new(f.snapshot(id, view).expect("the task was just paused")))
+                }),
+                Command::Resume(view) => f.resume(now, id).map(|()| {
+                    Applied::Task(Box::new(f.snapshot(id, view).expect("the task was just resumed")))
+                }),
+            }
+            .map_err(RuntimeError::from);
+            post.extra.extend(receipt(&r));
+            r
+        }))
+    }
+
+    /// The root of the tree holding `id`, if this runtime holds it.
+    pub(crate) fn root_of_task(&self, id: TaskId) -> Option<TaskId> {
+        Some(self.inner.tree_of(id)?.root)
+    }
+
+    /// Writes `op` (a receipt) in a batch of the tree `root`, in order with
+    /// the tree's other batches; dropped when the runtime does not hold the
+    /// tree or has no store.
+    pub(crate) fn write_receipt(&self, root: TaskId, op: WriteOp) {
+        if let Some(tree) = self.inner.tree_of(root) {
+            self.inner.with_tree(&tree, |_, _, post| post.extra.push(op));
+        }
+    }
 }

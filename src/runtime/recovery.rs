@@ -84,6 +84,34 @@ impl Runtime {
     pub async fn recover<F, Fut>(
         &self,
         owner_of: impl Fn(&str) -> Arc<Owner>,
+        rebuild: F,
+    ) -> Result<RecoveryReport, StoreError>
+    where
+        F: FnMut(&TreeMeta) -> Fut,
+        Fut: Future<Output = Option<HandlerBody>>,
+    {
+        let Some(store) = self.inner.store.clone() else {
+            return Ok(RecoveryReport::default());
+        };
+        let stored = tokio::task::spawn_blocking(move || store.load())
+            .await
+            .map_err(|e| StoreError::Io(format!("loading the store: {e}")))??;
+        self.adopt(stored, owner_of, rebuild).await
+    }
+
+    /// Brings back `stored` trees as [`Runtime::recover`] does, without
+    /// reading the store: for trees read elsewhere, as when a cluster
+    /// instance takes over the trees of one that died. The trees must not
+    /// be in this runtime already.
+    ///
+    /// # Errors
+    ///
+    /// A tree breaks an invariant (`StoreError::Corrupt`, naming every such
+    /// tree); then none is brought back.
+    pub async fn adopt<F, Fut>(
+        &self,
+        stored: Vec<StoredTree>,
+        owner_of: impl Fn(&str) -> Arc<Owner>,
         mut rebuild: F,
     ) -> Result<RecoveryReport, StoreError>
     where
@@ -91,13 +119,6 @@ impl Runtime {
         Fut: Future<Output = Option<HandlerBody>>,
     {
         let inner = self.inner.clone();
-        let Some(store) = inner.store.clone() else {
-            return Ok(RecoveryReport::default());
-        };
-        let store2 = store.clone();
-        let stored = tokio::task::spawn_blocking(move || store2.load())
-            .await
-            .map_err(|e| StoreError::Io(format!("loading the store: {e}")))??;
         let now = inner.now();
         let mut report = RecoveryReport::default();
         let mut restored = Vec::with_capacity(stored.len());

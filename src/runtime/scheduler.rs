@@ -288,23 +288,29 @@ pub(crate) struct Gated<'a> {
     cell: &'a Arc<TaskCell>,
     inner: &'a Arc<Inner>,
     root: TaskId,
+    task: TaskId,
     acquiring: Option<BoxFuture<'a, ()>>,
+    /// Whether the body was polled yet (for the `subtask::handler` log).
+    started: bool,
 }
 
 impl<'a> Gated<'a> {
-    /// Gates `body`, the handler of `cell` in the tree of `root`.
+    /// Gates `body`, the handler of `task` (its `cell`) in the tree of `root`.
     pub(crate) fn new(
         body: BoxFuture<'static, HandlerResult>,
         cell: &'a Arc<TaskCell>,
         inner: &'a Arc<Inner>,
         root: TaskId,
+        task: TaskId,
     ) -> Self {
         Gated {
             body,
             cell,
             inner,
             root,
+            task,
             acquiring: None,
+            started: false,
         }
     }
 }
@@ -316,6 +322,13 @@ impl Future for Gated<'_> {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<HandlerResult> {
+        // Past the instance's lease the handler is frozen: another
+        // instance may run it now (a cluster's fencing, `LeaseGate`).
+        if let Some(gate) = self.inner.lease.get()
+            && !gate.valid()
+        {
+            return std::task::Poll::Pending;
+        }
         loop {
             if let Some(acq) = self.acquiring.as_mut() {
                 std::task::ready!(acq.as_mut().poll(cx));
@@ -326,7 +339,17 @@ impl Future for Gated<'_> {
                 self.acquiring = Some(Box::pin(async move { cell.acquire(inner, root).await }));
                 continue;
             }
-            return self.body.as_mut().poll(cx);
+            // Logged from inside the gate, so no handler logs (or runs)
+            // past a cluster instance's lease.
+            if !self.started {
+                self.started = true;
+                tracing::debug!(target: "subtask::handler", task = %self.task, "handler started");
+            }
+            let r = self.body.as_mut().poll(cx);
+            if r.is_ready() {
+                tracing::debug!(target: "subtask::handler", task = %self.task, "handler returned");
+            }
+            return r;
         }
     }
 }

@@ -372,6 +372,10 @@ pub(crate) struct Post {
     submit_back: Vec<StartJob>,
     /// The tree row to write with the root's first batch.
     pub(crate) meta: Option<TreeMeta>,
+    /// Writes that must land in the same batch as this command's effects
+    /// (a cluster's inbox receipt: the command and its answer commit
+    /// together). Dropped without a store.
+    pub(crate) extra: Vec<WriteOp>,
 }
 
 impl Post {
@@ -495,6 +499,9 @@ impl Inner {
                     post.deleted.extend(ids);
                 }
             }
+        }
+        if persist {
+            ops.append(&mut post.extra);
         }
         if let (Some(store), false) = (&self.store, ops.is_empty()) {
             // Submitted under the tree lock: the tree's batches reach the

@@ -95,6 +95,21 @@ impl Server {
         };
         let id = req.id.clone();
         let method = req.method.clone();
+        #[cfg(feature = "postgres")]
+        if let Some(node) = self.cluster()
+            && !node.serving()
+        {
+            // A cluster instance past its lease answers nothing from its
+            // memory: another instance may hold its trees now.
+            return error_reply(
+                503,
+                Some(id),
+                ErrorObject::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    "this instance lost its cluster lease and is shutting down; retry on another instance",
+                ),
+            );
+        }
         match self.handle_request(req, &incoming).await {
             Ok(reply) => reply,
             Err(Rejected { status, error }) => {
@@ -230,14 +245,17 @@ impl Server {
             "tools/call" => Ok(self.tools_call(&req, &ctx, CallMode::Modern).await?),
             "prompts/list" => Ok(result_reply(&ctx.id, self.prompts_list())),
             "prompts/get" => Ok(self.prompts_get(&req, &ctx).await?),
-            "subscriptions/listen" => Ok(self.listen(&req, &ctx)?),
+            "subscriptions/listen" => Ok(self.listen(&req, &ctx).await?),
             "tasks/get" => Ok(self.get_task(&req, &ctx).await?),
-            _ => {
-                let (reply, id) = self.task_method(&req, &ctx)?;
-                // Nothing is acknowledged or shown before it is durable.
-                self.inner.runtime.flushed(id).await.map_err(store_error)?;
-                Ok(reply)
-            }
+            _ => match self.task_method(&req, &ctx)? {
+                Some((reply, id)) => {
+                    // Nothing is acknowledged or shown before it is durable.
+                    self.inner.runtime.flushed(id).await.map_err(store_error)?;
+                    Ok(reply)
+                }
+                // Not held here: another cluster instance may hold it.
+                None => Ok(self.remote_task_method(&req, &ctx).await?),
+            },
         }
     }
 

@@ -5,6 +5,8 @@
 //! and enforces limits; it holds no lifecycle logic (that is the core's).
 
 mod auth;
+#[cfg(feature = "postgres")]
+mod cluster;
 mod config;
 mod dispatch;
 pub mod http;
@@ -22,6 +24,8 @@ mod tool_calls;
 use std::sync::Arc;
 
 pub use auth::{Principal, TokenTable};
+#[cfg(feature = "postgres")]
+pub use cluster::{Cluster, ClusterConfig};
 pub use config::{ServerConfig, ServerLimits};
 pub use dispatch::{Incoming, LEGACY_VERSIONS, RequestHeaders};
 pub use input::{ElicitAnswer, list_roots, sampling};
@@ -52,6 +56,9 @@ pub(crate) struct ServerInner {
     pub(crate) prompts: Vec<RegisteredPrompt>,
     pub(crate) state_key: mrtr::StateKey,
     pub(crate) owners: auth::Owners,
+    /// Set once this instance joins a cluster ([`Server::join_cluster`]).
+    #[cfg(feature = "postgres")]
+    pub(crate) cluster: std::sync::OnceLock<Arc<cluster::Node>>,
 }
 
 impl std::fmt::Debug for Server {
@@ -114,6 +121,8 @@ impl ServerBuilder {
                 config: self.config,
                 tools: self.tools,
                 prompts: self.prompts,
+                #[cfg(feature = "postgres")]
+                cluster: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -155,25 +164,28 @@ impl Server {
             .runtime
             .recover(
                 move |name| owners.owners.of_name(name),
-                move |meta| {
-                    let inner = inner.clone();
-                    let launch = meta.launch.clone();
-                    async move {
-                        let call = tool::call_of_launch(launch.as_ref()?)?;
-                        let tool = inner.tools.iter().find(|t| t.spec.name == call.name)?;
-                        if !tool.spec.resumable {
-                            return None;
-                        }
-                        match tool.tool.call(call).await {
-                            ToolOutcome::Task { body, .. } => Some(body),
-                            other => {
-                                tracing::warn!(outcome = ?other, "a resumable tool did not return a task when called again");
-                                None
-                            }
-                        }
-                    }
-                },
+                move |meta| rebuild(inner.clone(), meta.launch.clone()),
             )
             .await
+    }
+}
+
+/// The handler of a stored tree's root after a restart or a takeover: the
+/// tool called again with the stored call, if it is resumable.
+async fn rebuild(
+    inner: Arc<ServerInner>,
+    launch: Option<serde_json::Value>,
+) -> Option<crate::runtime::HandlerBody> {
+    let call = tool::call_of_launch(launch.as_ref()?)?;
+    let tool = inner.tools.iter().find(|t| t.spec.name == call.name)?;
+    if !tool.spec.resumable {
+        return None;
+    }
+    match tool.tool.call(call).await {
+        ToolOutcome::Task { body, .. } => Some(body),
+        other => {
+            tracing::warn!(outcome = ?other, "a resumable tool did not return a task when called again");
+            None
+        }
     }
 }

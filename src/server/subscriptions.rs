@@ -12,13 +12,13 @@ use super::dispatch::RequestCtx;
 use super::reply::{Reply, invalid};
 use super::tasks::modern_view;
 use crate::model::{
-    AckResult, DetailedTask, ErrorObject, JsonRpcNotification, JsonRpcRequest, JsonRpcResponse,
+    AckResult, ClientView, DetailedTask, ErrorObject, JsonRpcNotification, JsonRpcRequest, JsonRpcResponse,
     NOTIFICATIONS_SUBSCRIPTIONS_ACKNOWLEDGED, NOTIFICATIONS_TASKS, NotificationFilter, NotificationMeta,
     SubscriptionsAcknowledgedParams, SubscriptionsListenParams, TaskId, TaskStatusNotificationParams,
 };
 
 impl Server {
-    pub(crate) fn listen(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
+    pub(crate) async fn listen(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
         let p: SubscriptionsListenParams = req.params_as()?;
         if p.notifications.wants_tasks() && ctx.tasks.is_none() {
             return Err(ErrorObject::tasks_extension_required());
@@ -34,9 +34,22 @@ impl Server {
         // Foreign and unknown ids are left out of the acknowledgement, silently.
         let mut accepted: Vec<TaskId> = Vec::new();
         for raw in requested {
-            if let Ok(id) = self.visible_task(raw, &ctx.principal)
-                && !accepted.contains(&id)
-            {
+            let id = match self.visible_task(raw, &ctx.principal) {
+                Ok(id) => id,
+                // A task another cluster instance holds.
+                Err(_) => match raw.parse::<TaskId>() {
+                    Ok(id)
+                        if self
+                            .remote_get(id, ctx.principal.name(), ctx.view())
+                            .await?
+                            .is_some() =>
+                    {
+                        id
+                    }
+                    _ => continue,
+                },
+            };
+            if !accepted.contains(&id) {
                 accepted.push(id);
             }
         }
@@ -59,12 +72,16 @@ impl Server {
         let view = ctx.view();
         let mut all: SelectAll<BoxStream<'static, DetailedTask>> = SelectAll::new();
         for id in &accepted {
-            all.push(rt.subscribe(&[*id], view).boxed());
+            all.push(self.follow(*id, ctx.principal.name(), view));
         }
         let watched: HashSet<TaskId> = accepted.iter().copied().collect();
         let sid = sub_id.clone();
+        let server = self.clone();
+        let principal = ctx.principal.name().to_owned();
         let updates = stream::unfold((all, watched, rt), move |(mut all, mut watched, rt)| {
             let sid = sid.clone();
+            let server = server.clone();
+            let principal = principal.clone();
             async move {
                 let task = all.next().await?;
                 // A snapshot is shown only once it is durable; a store
@@ -73,7 +90,7 @@ impl Server {
                 // Subtasks are included: follow every child as it appears.
                 for child in &task.task().child_task_ids {
                     if watched.insert(*child) {
-                        all.push(rt.subscribe(&[*child], view).boxed());
+                        all.push(server.follow(*child, &principal, view));
                     }
                 }
                 let params = TaskStatusNotificationParams {
@@ -91,5 +108,19 @@ impl Server {
             .expect("responses serialize");
         let end = stream::once(async move { end });
         Ok(Reply::Stream(first.chain(updates).chain(end).boxed()))
+    }
+
+    /// Snapshots of `id` as it changes: from the runtime when this
+    /// instance holds its tree, else from the cluster's database.
+    fn follow(&self, id: TaskId, principal: &str, view: ClientView) -> BoxStream<'static, DetailedTask> {
+        if self.inner.runtime.owner_of(id).is_some() {
+            return self.inner.runtime.subscribe(&[id], view).boxed();
+        }
+        #[cfg(feature = "postgres")]
+        if let Some(node) = self.cluster() {
+            return node.watch(id, principal, view);
+        }
+        let _ = principal;
+        stream::empty().boxed()
     }
 }

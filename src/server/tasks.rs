@@ -11,10 +11,10 @@ use super::auth::Principal;
 use super::dispatch::RequestCtx;
 use super::reply::{Reply, invalid, result_reply, runtime_error, store_error};
 use crate::model::{
-    AckResult, DetailedTask, ErrorCode, ErrorObject, GetTaskResult, InputResponses, JsonObject,
+    AckResult, ClientView, DetailedTask, ErrorCode, ErrorObject, GetTaskResult, InputResponses, JsonObject,
     JsonRpcRequest, SteerTaskParams, TaskId, TaskIdParams, TaskPayload, complete_result,
 };
-use crate::runtime::Owner;
+use crate::runtime::{Applied, Command, Owner};
 
 impl Server {
     pub(crate) fn owner(&self, principal: &Principal) -> Arc<Owner> {
@@ -42,63 +42,117 @@ impl Server {
         let p: TaskIdParams = req.params_as()?;
         let id: TaskId = p.task_id.parse().map_err(|_| ErrorObject::task_not_found())?;
         let rt = &self.inner.runtime;
-        let (snap, ticket) = rt
-            .get_owned(id, ctx.principal.name(), ctx.view())
-            .ok_or_else(ErrorObject::task_not_found)?;
+        let Some((snap, ticket)) = rt.get_owned(id, ctx.principal.name(), ctx.view()) else {
+            let snap = self
+                .remote_get(id, ctx.principal.name(), ctx.view())
+                .await?
+                .ok_or_else(ErrorObject::task_not_found)?;
+            return Ok(result_reply(&ctx.id, task_result(snap)));
+        };
         rt.durable(ticket).await.map_err(store_error)?;
         Ok(result_reply(&ctx.id, task_result(snap)))
     }
 
-    /// A `tasks/*` method other than `tasks/get`; returns the reply and the
-    /// task it concerns (the caller waits for it to be durable).
+    /// A task this instance does not hold, read from the cluster's
+    /// database (`None` without a cluster, for unknown and foreign ids).
+    pub(crate) async fn remote_get(
+        &self,
+        id: TaskId,
+        principal: &str,
+        view: ClientView,
+    ) -> Result<Option<DetailedTask>, ErrorObject> {
+        #[cfg(feature = "postgres")]
+        if let Some(node) = self.cluster() {
+            return node.get(id, principal, view).await.map_err(|e| {
+                ErrorObject::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!("the task database is unavailable: {e}"),
+                )
+            });
+        }
+        let _ = (id, principal, view);
+        Ok(None)
+    }
+
+    /// A `tasks/*` command on a task this instance does not hold: passed
+    /// on to the cluster instance holding it, which answers.
+    pub(crate) async fn remote_task_method(
+        &self,
+        req: &JsonRpcRequest,
+        ctx: &RequestCtx,
+    ) -> Result<Reply, ErrorObject> {
+        #[cfg(feature = "postgres")]
+        if let Some(node) = self.cluster() {
+            let (raw, _) = parse_command(req, ctx.view())?;
+            let id: TaskId = raw.parse().map_err(|_| ErrorObject::task_not_found())?;
+            let command = super::cluster::InboxCommand {
+                method: req.method.clone(),
+                params: req
+                    .params
+                    .as_ref()
+                    .map_or(Value::Null, |p| Value::Object(p.as_map().clone())),
+                show_paused: ctx.view().show_paused,
+            };
+            let result = node.command(id, ctx.principal.name(), command).await?;
+            return Ok(result_reply(&ctx.id, result));
+        }
+        let _ = (req, ctx);
+        Err(ErrorObject::task_not_found())
+    }
+
+    /// A `tasks/*` method other than `tasks/get`, on a task this instance
+    /// holds; returns the reply and the task it concerns (the caller waits
+    /// for it to be durable). `Ok(None)` when the runtime does not hold
+    /// the task (another cluster instance may).
     pub(crate) fn task_method(
         &self,
         req: &JsonRpcRequest,
         ctx: &RequestCtx,
-    ) -> Result<(Reply, TaskId), ErrorObject> {
-        let rt = &self.inner.runtime;
-        let view = ctx.view();
-        let ack = AckResult::new;
-        match req.method.as_str() {
-            "tasks/update" => {
-                let p: TaskIdParams = req.params_as()?;
-                let responses = match req.params.as_ref().and_then(|p| p.get("inputResponses")) {
-                    Some(Value::Object(m)) => responses_of(m),
-                    _ => return Err(invalid("`inputResponses` must be an object of responses")),
-                };
-                let id = self.visible_task(&p.task_id, &ctx.principal)?;
-                rt.update(id, responses).map_err(runtime_error)?;
-                Ok((result_reply(&ctx.id, ack()), id))
-            }
-            "tasks/cancel" => {
-                let p: TaskIdParams = req.params_as()?;
-                let id = self.visible_task(&p.task_id, &ctx.principal)?;
-                let _ = rt.cancel(id).map_err(runtime_error)?;
-                Ok((result_reply(&ctx.id, ack()), id))
-            }
-            "tasks/steer" => {
-                let p: SteerTaskParams = req.params_as()?;
-                let id = self.visible_task(&p.task_id, &ctx.principal)?;
-                rt.steer(id, p.message).map_err(runtime_error)?;
-                Ok((result_reply(&ctx.id, ack()), id))
-            }
-            "tasks/pause" => {
-                let p: TaskIdParams = req.params_as()?;
-                let id = self.visible_task(&p.task_id, &ctx.principal)?;
-                let snap = rt.pause(id, view).map_err(runtime_error)?;
-                Ok((result_reply(&ctx.id, task_result(snap)), id))
-            }
-            "tasks/resume" => {
-                let p: TaskIdParams = req.params_as()?;
-                let id = self.visible_task(&p.task_id, &ctx.principal)?;
-                let snap = rt.resume(id, view).map_err(runtime_error)?;
-                Ok((result_reply(&ctx.id, task_result(snap)), id))
-            }
-            other => Err(ErrorObject::new(
-                ErrorCode::METHOD_NOT_FOUND,
-                format!("method not found: {other:?}"),
-            )),
+    ) -> Result<Option<(Reply, TaskId)>, ErrorObject> {
+        let (raw, command) = parse_command(req, ctx.view())?;
+        let Ok(id) = self.visible_task(&raw, &ctx.principal) else {
+            return Ok(None);
+        };
+        let applied = self
+            .inner
+            .runtime
+            .apply_with_receipt(id, command, |_| None)
+            .ok_or_else(ErrorObject::task_not_found)?
+            .map_err(runtime_error)?;
+        let reply = match applied {
+            Applied::Ack => result_reply(&ctx.id, AckResult::new()),
+            Applied::Task(snap) => result_reply(&ctx.id, task_result(*snap)),
+        };
+        Ok(Some((reply, id)))
+    }
+}
+
+/// The task id and the command of a `tasks/*` request other than
+/// `tasks/get`, its params checked.
+pub(crate) fn parse_command(
+    req: &JsonRpcRequest,
+    view: ClientView,
+) -> Result<(String, Command), ErrorObject> {
+    match req.method.as_str() {
+        "tasks/update" => {
+            let p: TaskIdParams = req.params_as()?;
+            let responses = match req.params.as_ref().and_then(|p| p.get("inputResponses")) {
+                Some(Value::Object(m)) => responses_of(m),
+                _ => return Err(invalid("`inputResponses` must be an object of responses")),
+            };
+            Ok((p.task_id, Command::Update(responses)))
         }
+        "tasks/cancel" => Ok((req.params_as::<TaskIdParams>()?.task_id, Command::Cancel)),
+        "tasks/steer" => {
+            let p: SteerTaskParams = req.params_as()?;
+            Ok((p.task_id, Command::Steer(p.message)))
+        }
+        "tasks/pause" => Ok((req.params_as::<TaskIdParams>()?.task_id, Command::Pause(view))),
+        "tasks/resume" => Ok((req.params_as::<TaskIdParams>()?.task_id, Command::Resume(view))),
+        other => Err(ErrorObject::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            format!("method not found: {other:?}"),
+        )),
     }
 }
 
@@ -114,7 +168,7 @@ pub(crate) fn responses_of(m: &serde_json::Map<String, Value>) -> InputResponses
         .collect()
 }
 
-fn task_result(task: DetailedTask) -> GetTaskResult {
+pub(crate) fn task_result(task: DetailedTask) -> GetTaskResult {
     GetTaskResult::new(modern_view(task))
 }
 

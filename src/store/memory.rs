@@ -67,6 +67,8 @@ impl TaskStore for MemoryStore {
                         st.tasks.remove(&id);
                     }
                 }
+                // No inbox in memory.
+                WriteOp::Receipt { .. } => {}
             }
         }
         Ticket(st.next)

@@ -53,7 +53,9 @@ use std::task::{Poll, Waker};
 
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
-pub use postgres::{PG_SCHEMA_VERSION, PostgresConfig, PostgresStore};
+pub(crate) use postgres::trees_of_rows as postgres_trees;
+#[cfg(feature = "postgres")]
+pub use postgres::{Membership, PG_SCHEMA_VERSION, PostgresConfig, PostgresStore, Registration};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteConfig, SqliteStore};
 
@@ -131,6 +133,19 @@ pub enum WriteOp {
     PutTask(StoredTask),
     /// Deletes a whole tree.
     DeleteTree(TaskId),
+    /// Records that a cluster's inbox command `seq` was applied, with its
+    /// `answer` (a JSON-RPC `result` or `error` object as JSON), in the
+    /// same transaction as the command's effects: so a command is applied
+    /// once, even across a takeover. Only a cluster's store writes it;
+    /// the others ignore it.
+    Receipt {
+        /// The tree the command was applied to.
+        root: TaskId,
+        /// The inbox row.
+        seq: i64,
+        /// The answer, as JSON text.
+        answer: String,
+    },
 }
 
 impl WriteOp {
@@ -140,6 +155,7 @@ impl WriteOp {
             WriteOp::PutTree(m) => m.root,
             WriteOp::PutTask(t) => t.root,
             WriteOp::DeleteTree(r) => *r,
+            WriteOp::Receipt { root, .. } => *root,
         }
     }
 }

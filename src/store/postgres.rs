@@ -43,9 +43,11 @@ use super::{
     Durability, StoreError, StoredTask, StoredTree, TaskStore, Ticket, TreeMeta, WriteBatch, WriteOp,
 };
 use crate::model::{IdMap, TaskId};
+use crate::runtime::LeaseGate;
 
 /// Schema migrations; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
     CREATE TABLE subtask_tasks (
         seq       BIGSERIAL NOT NULL,
         id        UUID PRIMARY KEY,
@@ -59,7 +61,37 @@ const MIGRATIONS: &[&str] = &["
         launch    TEXT
     );
     CREATE INDEX subtask_tasks_root ON subtask_tasks (root);
-"];
+",
+    "
+    CREATE TABLE subtask_instances (
+        id          UUID PRIMARY KEY,
+        epoch       BIGINT NOT NULL,
+        lease_until TIMESTAMPTZ NOT NULL,
+        revoked     BOOLEAN NOT NULL DEFAULT false,
+        started_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+    );
+    ALTER TABLE subtask_tasks ADD COLUMN holder UUID;
+    CREATE INDEX subtask_tasks_holder ON subtask_tasks (holder) WHERE holder IS NOT NULL;
+    CREATE INDEX subtask_tasks_parent ON subtask_tasks (parent, position) WHERE parent IS NOT NULL;
+    CREATE TABLE subtask_inbox (
+        seq           BIGSERIAL PRIMARY KEY,
+        root          UUID NOT NULL,
+        task          UUID NOT NULL,
+        principal     TEXT NOT NULL,
+        command       JSONB NOT NULL,
+        from_instance UUID NOT NULL,
+        created_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
+        answer        JSONB
+    );
+    CREATE INDEX subtask_inbox_open ON subtask_inbox (root, seq) WHERE answer IS NULL;
+    -- Trees written before clustering (or by a single-writer store) are
+    -- held by the nil instance, revoked from the start: the first cluster
+    -- instance takes them over.
+    INSERT INTO subtask_instances (id, epoch, lease_until, revoked)
+        VALUES ('00000000-0000-0000-0000-000000000000', 0, 'epoch', true);
+    UPDATE subtask_tasks SET holder = '00000000-0000-0000-0000-000000000000' WHERE parent IS NULL;
+",
+];
 
 /// The schema version this build writes.
 pub const PG_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -88,6 +120,39 @@ pub struct PostgresConfig {
     /// previous holder may be a process killed a moment ago, whose
     /// connection the server has not closed yet.
     pub lock_wait: Duration,
+    /// Serve as one instance of a cluster on this database instead of as
+    /// its one writer: no writer lock; this instance's row in
+    /// `subtask_instances` is registered at open (a new epoch when the id
+    /// was there before, which fences any older process with the same id),
+    /// every commit proves inside its transaction that the row is neither
+    /// revoked nor of a newer epoch (fencing), root rows record this
+    /// instance as their holder, and [`TaskStore::load`] returns only the
+    /// trees this instance holds. `None`: the single-writer mode.
+    pub member: Option<Membership>,
+}
+
+/// This instance's identity in a cluster (see [`PostgresConfig::member`]).
+#[derive(Debug, Clone)]
+pub struct Membership {
+    /// The instance id; the same id after a restart takes its trees back
+    /// at once.
+    pub instance: uuid::Uuid,
+    /// How long a lease lasts; renewed every third of it
+    /// (`subtask::cluster`).
+    pub lease: Duration,
+}
+
+/// What [`PostgresStore::open`] registered for a cluster member.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    /// The instance id.
+    pub instance: uuid::Uuid,
+    /// The epoch of this process under that id.
+    pub epoch: i64,
+    /// The lease: valid until the registration's start plus the lease, by
+    /// this process's monotonic clock; revoked when a commit finds the
+    /// instance fenced.
+    pub gate: Arc<LeaseGate>,
 }
 
 impl PostgresConfig {
@@ -100,6 +165,7 @@ impl PostgresConfig {
             connect_timeout: Duration::from_secs(10),
             reconnect_for: Duration::from_secs(60),
             lock_wait: Duration::from_secs(5),
+            member: None,
         }
     }
 }
@@ -115,6 +181,7 @@ pub struct PostgresStore {
     shared: Arc<WriteQueue<Client>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     describe: String,
+    registration: Option<Registration>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -176,19 +243,23 @@ impl PostgresStore {
             .map_err(|e| io(format!("{shown}: not a PostgreSQL URL: {e}")))?;
         pg.connect_timeout(config.connect_timeout);
         pg.application_name("subtask");
-        let session = Session {
+        let mut session = Session {
             pg,
             shown: shown.clone(),
             durability: config.durability,
             reconnect_for: config.reconnect_for,
+            writer_lock: config.member.is_none(),
+            fence: None,
         };
+        let member = config.member.clone();
         let shared = Arc::new(WriteQueue::new());
         let max = config.max_batches_per_commit.max(1);
         let lock_wait = config.lock_wait;
         // The writer thread connects and migrates too: the synchronous client
         // runs a runtime of its own, which must not start on a tokio thread,
         // so `open` is safe to call from async code.
-        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<Result<(), StoreError>>(1);
+        let (ready_tx, ready_rx) =
+            std::sync::mpsc::sync_channel::<Result<Option<Registration>, StoreError>>(1);
         let writer = {
             let shared = shared.clone();
             let shown = shown.clone();
@@ -215,7 +286,15 @@ impl PostgresStore {
                         let _ = ready_tx.send(Err(e));
                         return;
                     }
-                    let _ = ready_tx.send(Ok(()));
+                    let registration = match member.map(|m| register(&mut client, &m, &shown)).transpose() {
+                        Ok(r) => r,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    session.fence = registration.clone();
+                    let _ = ready_tx.send(Ok(registration));
                     writer_loop(client, &session, &shared, max);
                 })
                 .map_err(io)?
@@ -223,10 +302,13 @@ impl PostgresStore {
         let ready = ready_rx
             .recv()
             .unwrap_or_else(|_| Err(StoreError::Failed("the store's writer thread stopped".into())));
-        if let Err(e) = ready {
-            let _ = writer.join();
-            return Err(e);
-        }
+        let registration = match ready {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = writer.join();
+                return Err(e);
+            }
+        };
         let describe = format!(
             "{shown} ({})",
             match config.durability {
@@ -238,7 +320,14 @@ impl PostgresStore {
             shared,
             writer: Mutex::new(Some(writer)),
             describe,
+            registration,
         })
+    }
+
+    /// This process's cluster registration (`None` in the single-writer
+    /// mode).
+    pub fn registration(&self) -> Option<&Registration> {
+        self.registration.as_ref()
     }
 
     /// Waits until every batch submitted so far is durable (blocking).
@@ -267,18 +356,23 @@ struct Session {
     shown: String,
     durability: Durability,
     reconnect_for: Duration,
+    /// Take the single-writer advisory lock (not for a cluster member).
+    writer_lock: bool,
+    /// A cluster member's identity, proven in every commit.
+    fence: Option<Registration>,
 }
 
 impl Session {
-    /// A connection holding the database's writer lock, with the
-    /// durability setting.
+    /// A connection holding the database's writer lock (single-writer
+    /// mode), with the durability setting.
     fn connect(&self) -> Result<Client, StoreError> {
         let shown = &self.shown;
         let mut client = self.pg.connect(NoTls).map_err(|e| io(format!("{shown}: {e}")))?;
-        let locked: bool = client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&LOCK_KEY])
-            .map_err(|e| io(format!("{shown}: {e}")))?
-            .get(0);
+        let locked: bool = !self.writer_lock
+            || client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&LOCK_KEY])
+                .map_err(|e| io(format!("{shown}: {e}")))?
+                .get(0);
         if !locked {
             return Err(StoreError::Locked(format!(
                 "{shown} is used by another subtask process (advisory lock {LOCK_KEY:#x})"
@@ -328,10 +422,11 @@ fn commit_retrying(
     session: &Session,
     group: &[(u64, WriteBatch)],
 ) -> Result<(), StoreError> {
-    let mut failure = match commit(client, group) {
+    let fence = session.fence.as_ref();
+    let mut failure = match commit(client, group, fence) {
         Ok(()) => return Ok(()),
-        Err(e) if transient(&e) => e.to_string(),
-        Err(e) => return Err(io(e)),
+        Err(CommitError::Pg(e)) if transient(&e) => e.to_string(),
+        Err(e) => return Err(e.into_store(fence)),
     };
     let deadline = std::time::Instant::now() + session.reconnect_for;
     let mut pause = Duration::from_millis(50);
@@ -349,19 +444,45 @@ fn commit_retrying(
                 continue;
             }
         }
-        match commit(client, group) {
+        match commit(client, group, fence) {
             Ok(()) => {
                 tracing::info!("reconnected to PostgreSQL; writes go on");
                 return Ok(());
             }
-            Err(e) if transient(&e) => failure = e.to_string(),
-            Err(e) => return Err(io(e)),
+            Err(CommitError::Pg(e)) if transient(&e) => failure = e.to_string(),
+            Err(e) => return Err(e.into_store(fence)),
         }
     }
     Err(io(format!(
         "{}: no connection for {:?}: {failure}",
         session.shown, session.reconnect_for
     )))
+}
+
+/// Registers this process as instance `m.instance`: a new row, or the
+/// next epoch of an existing one (fencing an older process with the same
+/// id), with a lease from now. The lease gate's deadline is taken before
+/// the statement is sent, so by this process's clock it ends no later than
+/// the database's `lease_until`.
+fn register(client: &mut Client, m: &Membership, shown: &str) -> Result<Registration, StoreError> {
+    let sent = std::time::Instant::now();
+    let lease_s = m.lease.as_secs_f64();
+    let epoch: i64 = client
+        .query_one(
+            "INSERT INTO subtask_instances (id, epoch, lease_until, revoked)
+             VALUES ($1, 1, now() + make_interval(secs => $2), false)
+             ON CONFLICT (id) DO UPDATE SET epoch = subtask_instances.epoch + 1,
+                 lease_until = EXCLUDED.lease_until, revoked = false
+             RETURNING epoch",
+            &[&m.instance, &lease_s],
+        )
+        .map_err(|e| io(format!("{shown}: registering instance {}: {e}", m.instance)))?
+        .get(0);
+    Ok(Registration {
+        instance: m.instance,
+        epoch,
+        gate: Arc::new(LeaseGate::new(sent + m.lease)),
+    })
 }
 
 /// Creates or upgrades the schema in one transaction, under a transaction
@@ -400,6 +521,11 @@ struct Folded {
     deleted: Vec<uuid::Uuid>,
     /// The last record of each task, in first-write order.
     tasks: Vec<(StoredTask, Option<TreeMeta>)>,
+    /// Inbox receipts: (seq, answer).
+    receipts: Vec<(i64, String)>,
+    /// Every tree the group wrote, once (for a cluster's change
+    /// notifications).
+    roots: Vec<uuid::Uuid>,
 }
 
 fn fold(group: &[(u64, WriteBatch)]) -> Folded {
@@ -407,7 +533,11 @@ fn fold(group: &[(u64, WriteBatch)]) -> Folded {
     let mut at: IdMap<usize> = IdMap::default();
     let mut metas: IdMap<TreeMeta> = IdMap::default();
     let mut gone: IdMap<()> = IdMap::default();
+    let mut roots: IdMap<()> = IdMap::default();
     for (_, batch) in group {
+        if roots.insert(batch.root, ()).is_none() {
+            out.roots.push(uuid(batch.root));
+        }
         for op in &batch.ops {
             match op {
                 WriteOp::PutTree(meta) => {
@@ -437,6 +567,7 @@ fn fold(group: &[(u64, WriteBatch)]) -> Folded {
                     gone.insert(*root, ());
                     out.deleted.push(uuid(*root));
                 }
+                WriteOp::Receipt { seq, answer, .. } => out.receipts.push((*seq, answer.clone())),
             }
         }
     }
@@ -445,9 +576,64 @@ fn fold(group: &[(u64, WriteBatch)]) -> Folded {
     out
 }
 
-fn commit(client: &mut Client, group: &[(u64, WriteBatch)]) -> Result<(), postgres::Error> {
+/// Why a commit failed.
+enum CommitError {
+    Pg(postgres::Error),
+    /// This cluster member's row is revoked or of a newer epoch: another
+    /// instance took its trees (or a newer process took its id).
+    Fenced,
+}
+
+impl From<postgres::Error> for CommitError {
+    fn from(e: postgres::Error) -> Self {
+        CommitError::Pg(e)
+    }
+}
+
+impl CommitError {
+    fn into_store(self, fence: Option<&Registration>) -> StoreError {
+        match self {
+            CommitError::Pg(e) => io(e),
+            CommitError::Fenced => {
+                let fence = fence.expect("only a cluster member is fenced");
+                // Nothing of this instance runs from here on.
+                fence.gate.revoke();
+                StoreError::Failed(format!(
+                    "instance {} (epoch {}) lost its lease: its trees belong to another instance now",
+                    fence.instance, fence.epoch
+                ))
+            }
+        }
+    }
+}
+
+/// Payloads of `NOTIFY`, at most this many items each (the payload limit
+/// is 8000 bytes).
+const NOTIFY_CHUNK: usize = 150;
+
+fn commit(
+    client: &mut Client,
+    group: &[(u64, WriteBatch)],
+    fence: Option<&Registration>,
+) -> Result<(), CommitError> {
     let f = fold(group);
     let mut tx = client.transaction()?;
+    if let Some(fence) = fence {
+        // Fencing: a share lock on this instance's row, held to the commit.
+        // A takeover revokes the row first (its update waits for this
+        // transaction), so a fenced write lands before the takeover reads
+        // the tree, or not at all.
+        let alive = tx.query_opt(
+            "SELECT 1 FROM subtask_instances WHERE id = $1 AND epoch = $2 AND NOT revoked FOR SHARE",
+            &[&fence.instance, &fence.epoch],
+        )?;
+        if alive.is_none() {
+            return Err(CommitError::Fenced);
+        }
+    }
+    // A single-writer store's trees are held by the nil instance (taken
+    // over by the first cluster instance on this database).
+    let holder = fence.map_or(uuid::Uuid::nil(), |f| f.instance);
     if !f.deleted.is_empty() {
         tx.execute("DELETE FROM subtask_tasks WHERE root = ANY($1)", &[&f.deleted])?;
     }
@@ -485,22 +671,55 @@ fn commit(client: &mut Client, group: &[(u64, WriteBatch)]) -> Result<(), postgr
         // Position, root and parent never change after the first write (I1,
         // I2); the metadata comes with the root's first record (`resumable`
         // is set exactly when a record carries it).
+        // A cluster member records itself as the holder of the trees it
+        // writes (on root rows; it only ever writes trees it holds).
         tx.execute(
-            "INSERT INTO subtask_tasks (id, root, parent, position, version, state, owner, resumable, launch)
-             SELECT id, root, parent, position, version, state, owner, resumable, launch
+            "INSERT INTO subtask_tasks (id, root, parent, position, version, state, owner, resumable, launch, holder)
+             SELECT id, root, parent, position, version, state, owner, resumable, launch,
+                    CASE WHEN parent IS NULL THEN $10::uuid END
              FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::int[], $5::bigint[], $6::text[],
                          $7::text[], $8::bool[], $9::text[])
                   AS u(id, root, parent, position, version, state, owner, resumable, launch)
              ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, state = EXCLUDED.state,
                  owner = CASE WHEN EXCLUDED.resumable IS NULL THEN subtask_tasks.owner ELSE EXCLUDED.owner END,
                  resumable = COALESCE(EXCLUDED.resumable, subtask_tasks.resumable),
-                 launch = CASE WHEN EXCLUDED.resumable IS NULL THEN subtask_tasks.launch ELSE EXCLUDED.launch END",
+                 launch = CASE WHEN EXCLUDED.resumable IS NULL THEN subtask_tasks.launch ELSE EXCLUDED.launch END,
+                 holder = CASE WHEN subtask_tasks.parent IS NULL THEN EXCLUDED.holder END",
             &[
-                &id, &root, &parent, &position, &version, &state, &owner, &resumable, &launch,
+                &id, &root, &parent, &position, &version, &state, &owner, &resumable, &launch, &holder,
             ],
         )?;
     }
-    tx.commit()
+    if !f.receipts.is_empty() {
+        let (seqs, answers): (Vec<i64>, Vec<&str>) = f.receipts.iter().map(|(q, a)| (*q, a.as_str())).unzip();
+        tx.execute(
+            "UPDATE subtask_inbox i SET answer = u.answer::jsonb
+             FROM unnest($1::bigint[], $2::text[]) AS u(seq, answer) WHERE i.seq = u.seq",
+            &[&seqs, &answers],
+        )?;
+        for chunk in seqs.chunks(NOTIFY_CHUNK) {
+            let payload = chunk
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            tx.execute("SELECT pg_notify('subtask_answer', $1)", &[&payload])?;
+        }
+    }
+    if fence.is_some() {
+        // Instances following these trees for their subscribers re-read
+        // them (delivered at commit, with the change).
+        for chunk in f.roots.chunks(NOTIFY_CHUNK) {
+            let payload = chunk
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            tx.execute("SELECT pg_notify('subtask_changed', $1)", &[&payload])?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
 }
 
 fn writer_loop(mut client: Client, session: &Session, shared: &WriteQueue<Client>, max: usize) {
@@ -542,6 +761,29 @@ fn writer_loop(mut client: Client, session: &Session, shared: &WriteQueue<Client
     }
 }
 
+/// Trees from rows of `SELECT id, root, parent, position, version, state,
+/// owner, resumable, launch`, in the order read.
+pub(crate) fn trees_of_rows(rows: Vec<postgres::Row>) -> Result<Vec<StoredTree>, StoreError> {
+    assemble(rows.iter().map(|r| {
+        let task = to_task(row_task(r))?;
+        if task.parent.is_some() {
+            return Ok((task, None));
+        }
+        let launch = r
+            .get::<_, Option<String>>(8)
+            .map(|l| serde_json::from_str(&l))
+            .transpose()
+            .map_err(|x| StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root)))?;
+        let meta = TreeMeta {
+            root: task.root,
+            owner: r.get(6),
+            resumable: r.get::<_, Option<bool>>(7).unwrap_or(false),
+            launch,
+        };
+        Ok((task, Some(meta)))
+    }))
+}
+
 type TaskRow = (uuid::Uuid, uuid::Uuid, Option<uuid::Uuid>, i32, i64, String);
 
 fn to_task((id, root, parent, position, version, state): TaskRow) -> Result<StoredTask, StoreError> {
@@ -579,34 +821,25 @@ impl TaskStore for PostgresStore {
     }
 
     fn load(&self) -> Result<Vec<StoredTree>, StoreError> {
-        self.shared.read(|client| {
-            let rows = client
-                .query(
+        let holder = self.registration.as_ref().map(|r| r.instance);
+        self.shared.read(move |client| {
+            let rows = match holder {
+                None => client.query(
                     "SELECT id, root, parent, position, version, state, owner, resumable, launch
                      FROM subtask_tasks ORDER BY seq",
                     &[],
-                )
-                .map_err(io)?;
-            assemble(rows.iter().map(|r| {
-                let task = to_task(row_task(r))?;
-                if task.parent.is_some() {
-                    return Ok((task, None));
-                }
-                let launch = r
-                    .get::<_, Option<String>>(8)
-                    .map(|l| serde_json::from_str(&l))
-                    .transpose()
-                    .map_err(|x| {
-                        StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root))
-                    })?;
-                let meta = TreeMeta {
-                    root: task.root,
-                    owner: r.get(6),
-                    resumable: r.get::<_, Option<bool>>(7).unwrap_or(false),
-                    launch,
-                };
-                Ok((task, Some(meta)))
-            }))
+                ),
+                // A cluster member loads the trees it holds.
+                Some(me) => client.query(
+                    "SELECT id, root, parent, position, version, state, owner, resumable, launch
+                     FROM subtask_tasks
+                     WHERE root IN (SELECT id FROM subtask_tasks WHERE holder = $1)
+                     ORDER BY seq",
+                    &[&me],
+                ),
+            }
+            .map_err(io)?;
+            trees_of_rows(rows)
         })
     }
 

@@ -494,6 +494,8 @@ impl Writer {
                             new_rows.retain(|r| r.1 != *root);
                             deleted.push(*root);
                         }
+                        // One process per SQLite file: no cluster inbox.
+                        WriteOp::Receipt { .. } => {}
                     }
                 }
             }

@@ -1,0 +1,903 @@
+//! Several `subtask serve` instances on one PostgreSQL database (features
+//! `server` and `postgres`; `docs/scale-out.md`).
+//!
+//! PostgreSQL holds the truth and is the only channel between instances:
+//!
+//! * **Ownership.** The instance where a tree was created holds it (the
+//!   `holder` of its root row) and runs its handlers; its store proves in
+//!   every commit that its instance row is neither revoked nor of a newer
+//!   epoch (fencing, [`crate::store::PostgresConfig::member`]).
+//! * **Leases.** A thread renews this instance's lease every third of it.
+//!   By this process's monotonic clock, a lease not renewed in time lapses:
+//!   from then on no handler is polled ([`LeaseGate`]), every request is
+//!   refused, and [`Cluster::lost`] resolves (the binary exits).
+//! * **Takeover.** Every instance looks for expired leases a few times per
+//!   lease, revokes them (the revocation waits for a fenced commit in
+//!   flight), claims the trees of revoked instances a batch at a time
+//!   (`FOR UPDATE SKIP LOCKED`, so survivors share them) and brings them
+//!   back as a restart does ([`Server::recover`]).
+//! * **Reads** of a tree another instance holds come from its stored rows:
+//!   the task's row and its children's ids, the same answer the holder
+//!   gives (a holder shows nothing before it is stored).
+//! * **Commands** on a tree another instance holds go through
+//!   `subtask_inbox`: the receiving instance inserts the command and waits;
+//!   the holder applies it and writes the answer in the same transaction
+//!   as the command's effects (a [`WriteOp::Receipt`]), so a command is
+//!   applied once, even across a takeover (the new holder applies what is
+//!   still unanswered).
+//! * **Notifications.** Every commit notifies `subtask_changed` with the
+//!   trees it wrote; an instance streaming a tree it does not hold re-reads
+//!   the watched tasks then.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use parking_lot::Mutex;
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::{Client, NoTls};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::{Notify, broadcast};
+
+use super::{Server, ServerInner};
+use crate::core::decode_state;
+use crate::model::{ClientView, DetailedTask, ErrorCode, ErrorObject, TaskId};
+use crate::runtime::{Applied, LeaseGate, RuntimeError};
+use crate::store::{Registration, StoreError, StoredTree, WriteOp};
+
+/// Settings of a [`Cluster`].
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// The database, as given to the store.
+    pub url: String,
+    /// How long a lease lasts (the store's
+    /// [`Membership::lease`](crate::store::Membership::lease)); renewed
+    /// every third of it.
+    pub lease: Duration,
+    /// How long an instance waits for the holder's answer to a command it
+    /// passed on. Long enough to outlive a takeover.
+    pub answer_timeout: Duration,
+}
+
+impl ClusterConfig {
+    /// Defaults for `url` and `lease`: answers are awaited for 30 s or
+    /// three leases, whichever is longer.
+    pub fn new(url: impl Into<String>, lease: Duration) -> Self {
+        ClusterConfig {
+            url: url.into(),
+            lease,
+            answer_timeout: (lease * 3).max(Duration::from_secs(30)),
+        }
+    }
+}
+
+/// This process's membership in a cluster of instances on one database:
+/// lease renewal, takeover, reads and commands for trees other instances
+/// hold. Started by [`Server::join_cluster`].
+#[derive(Clone)]
+pub struct Cluster {
+    node: Arc<Node>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("instance", &self.node.instance)
+            .field("epoch", &self.node.epoch)
+            .finish()
+    }
+}
+
+pub(crate) struct Node {
+    instance: uuid::Uuid,
+    epoch: i64,
+    gate: Arc<LeaseGate>,
+    config: ClusterConfig,
+    pg: postgres::Config,
+    /// Idle connections for reads and inbox traffic (blocking; used from
+    /// `spawn_blocking`).
+    pool: Mutex<Vec<Client>>,
+    /// Commands this instance passed on, by inbox seq: woken when an
+    /// answer is notified.
+    answers: Mutex<HashMap<i64, Arc<Notify>>>,
+    /// Trees some instance committed (for streams of trees held elsewhere);
+    /// `None` after a reconnect: anything may have changed.
+    changed: broadcast::Sender<Option<Arc<Vec<TaskId>>>>,
+    /// Commands arrived for trees this instance holds.
+    inbox: Notify,
+    lost: Notify,
+    is_lost: AtomicBool,
+    stopped: AtomicBool,
+}
+
+fn pg_err(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Io(e.to_string())
+}
+
+fn uuid_of(id: TaskId) -> uuid::Uuid {
+    uuid::Uuid::from_u128(id.as_u128())
+}
+
+fn id_of(u: uuid::Uuid) -> TaskId {
+    TaskId::from_u128(u.as_u128())
+}
+
+/// A command as the inbox carries it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct InboxCommand {
+    /// `tasks/update`, `tasks/cancel`, `tasks/steer`, `tasks/pause` or `tasks/resume`.
+    pub(crate) method: String,
+    /// The request's params (the task id, the message, the responses).
+    pub(crate) params: Value,
+    /// Whether the requester's client understands `paused`.
+    pub(crate) show_paused: bool,
+}
+
+/// A command's answer as the inbox stores it.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum InboxAnswer {
+    Result(Value),
+    Error(ErrorObject),
+}
+
+impl Server {
+    /// Joins the cluster this server's store registered with: starts lease
+    /// renewal, the listener for other instances' notifications, and the
+    /// loop that takes over dead instances' trees and applies commands
+    /// passed on by other instances. Call it after [`Server::recover`] (the
+    /// trees this instance held under the same id are back), before
+    /// serving.
+    ///
+    /// # Errors
+    ///
+    /// The database URL is not valid.
+    pub fn join_cluster(
+        &self,
+        registration: &Registration,
+        config: ClusterConfig,
+    ) -> Result<Cluster, StoreError> {
+        let mut pg: postgres::Config = config
+            .url
+            .parse()
+            .map_err(|e| pg_err(format!("not a PostgreSQL URL: {e}")))?;
+        pg.connect_timeout(Duration::from_secs(10));
+        pg.application_name("subtask-cluster");
+        let (changed, _) = broadcast::channel(1024);
+        let node = Arc::new(Node {
+            instance: registration.instance,
+            epoch: registration.epoch,
+            gate: registration.gate.clone(),
+            config,
+            pg,
+            pool: Mutex::new(Vec::new()),
+            answers: Mutex::new(HashMap::new()),
+            changed,
+            inbox: Notify::new(),
+            lost: Notify::new(),
+            is_lost: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+        });
+        self.inner.runtime.set_lease(node.gate.clone());
+        let _ = self.inner.cluster.set(node.clone());
+        {
+            let node = node.clone();
+            std::thread::Builder::new()
+                .name("subtask-lease".into())
+                .spawn(move || lease_loop(&node))
+                .map_err(pg_err)?;
+        }
+        {
+            let node = node.clone();
+            std::thread::Builder::new()
+                .name("subtask-listen".into())
+                .spawn(move || listen_loop(&node))
+                .map_err(pg_err)?;
+        }
+        tokio::spawn(work_loop(node.clone(), Arc::downgrade(&self.inner)));
+        tracing::info!(
+            instance = %node.instance,
+            epoch = node.epoch,
+            lease_ms = node.config.lease.as_millis() as u64,
+            "joined the cluster"
+        );
+        Ok(Cluster { node })
+    }
+
+    pub(crate) fn cluster(&self) -> Option<&Arc<Node>> {
+        self.inner.cluster.get()
+    }
+
+    /// Brings back trees another instance held, as a restart does.
+    async fn adopt(&self, trees: Vec<StoredTree>) -> Result<crate::runtime::RecoveryReport, StoreError> {
+        let inner = self.inner.clone();
+        let owners = self.inner.clone();
+        self.inner
+            .runtime
+            .adopt(
+                trees,
+                move |name| owners.owners.of_name(name),
+                move |meta| super::rebuild(inner.clone(), meta.launch.clone()),
+            )
+            .await
+    }
+}
+
+impl Cluster {
+    /// This instance's id.
+    pub fn instance(&self) -> uuid::Uuid {
+        self.node.instance
+    }
+
+    /// Resolves once this instance lost its lease (it lapsed, or another
+    /// process revoked it or took its id): nothing of it runs any more, and
+    /// the process should exit (a supervisor restarts it as a member again).
+    pub async fn lost(&self) {
+        loop {
+            let n = self.node.lost.notified();
+            if self.node.is_lost.load(Ordering::Acquire) {
+                return;
+            }
+            n.await;
+        }
+    }
+
+    /// Stops renewing and taking over (the lease then lapses by itself);
+    /// for a clean shutdown, or tests.
+    pub fn stop(&self) {
+        self.node.stopped.store(true, Ordering::Release);
+    }
+}
+
+impl Node {
+    /// Whether this instance may still answer from memory.
+    pub(crate) fn serving(&self) -> bool {
+        self.gate.valid() && !self.is_lost.load(Ordering::Acquire)
+    }
+
+    fn lose(&self, why: &str) {
+        self.gate.revoke();
+        if !self.is_lost.swap(true, Ordering::AcqRel) {
+            tracing::error!(instance = %self.instance, epoch = self.epoch, "this instance lost its lease: {why}");
+        }
+        self.lost.notify_waiters();
+    }
+
+    fn connect(&self) -> Result<Client, StoreError> {
+        self.pg.connect(NoTls).map_err(pg_err)
+    }
+
+    /// Runs `f` on a pooled connection (blocking).
+    fn with_client<R>(
+        &self,
+        f: impl FnOnce(&mut Client) -> Result<R, postgres::Error>,
+    ) -> Result<R, StoreError> {
+        let pooled = self.pool.lock().pop();
+        let mut client = match pooled {
+            Some(c) if !c.is_closed() => c,
+            _ => self.connect()?,
+        };
+        let r = f(&mut client);
+        if !client.is_closed() {
+            let mut pool = self.pool.lock();
+            if pool.len() < 16 {
+                pool.push(client);
+            }
+        }
+        r.map_err(pg_err)
+    }
+
+    /// [`Node::with_client`] off the async threads.
+    async fn blocking<R: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut Client) -> Result<R, postgres::Error> + Send + 'static,
+    ) -> Result<R, StoreError> {
+        let node = self.clone();
+        tokio::task::spawn_blocking(move || node.with_client(f))
+            .await
+            .map_err(|e| pg_err(format!("a database call panicked: {e}")))?
+    }
+
+    /// `tasks/get` of a task this instance does not hold: the stored row
+    /// and its children's ids. `None` for unknown ids and for another
+    /// principal's (or an unowned) tree, alike.
+    pub(crate) async fn get(
+        self: &Arc<Self>,
+        id: TaskId,
+        principal: &str,
+        view: ClientView,
+    ) -> Result<Option<DetailedTask>, StoreError> {
+        let principal = principal.to_owned();
+        let row = self
+            .blocking(move |c| {
+                c.query_opt(
+                    "SELECT t.root, t.parent, t.position, t.state, r.owner,
+                            ARRAY(SELECT k.id FROM subtask_tasks k WHERE k.parent = t.id ORDER BY k.position)
+                     FROM subtask_tasks t JOIN subtask_tasks r ON r.id = t.root
+                     WHERE t.id = $1",
+                    &[&uuid_of(id)],
+                )
+            })
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let owner: Option<String> = row.get(4);
+        if owner.as_deref() != Some(principal.as_str()) {
+            return Ok(None);
+        }
+        let root: uuid::Uuid = row.get(0);
+        let parent: Option<uuid::Uuid> = row.get(1);
+        let position: i32 = row.get(2);
+        let state: String = row.get(3);
+        let children: Vec<uuid::Uuid> = row.get(5);
+        let rec = decode_state(
+            id,
+            id_of(root),
+            parent.map(id_of),
+            u32::try_from(position).unwrap_or(0),
+            &state,
+        )
+        .map_err(|e| StoreError::Corrupt(format!("task {id}: {e}")))?;
+        Ok(Some(
+            rec.detailed(children.into_iter().map(id_of).collect(), view),
+        ))
+    }
+
+    /// Passes a command on to the holder of the task's tree and waits for
+    /// its answer. `Err` with "task not found" for unknown and foreign ids.
+    pub(crate) async fn command(
+        self: &Arc<Self>,
+        id: TaskId,
+        principal: &str,
+        command: InboxCommand,
+    ) -> Result<Value, ErrorObject> {
+        let principal = principal.to_owned();
+        let me = self.instance;
+        let text = serde_json::to_string(&command).expect("commands serialize");
+        let seq = self
+            .blocking(move |c| {
+                let mut tx = c.transaction()?;
+                let Some(row) = tx.query_opt(
+                    "SELECT t.root, r.owner, r.holder FROM subtask_tasks t JOIN subtask_tasks r ON r.id = t.root
+                     WHERE t.id = $1",
+                    &[&uuid_of(id)],
+                )?
+                else {
+                    return Ok(None);
+                };
+                let root: uuid::Uuid = row.get(0);
+                let owner: Option<String> = row.get(1);
+                let holder: Option<uuid::Uuid> = row.get(2);
+                if owner.as_deref() != Some(principal.as_str()) {
+                    return Ok(None);
+                }
+                let seq: i64 = tx
+                    .query_one(
+                        "INSERT INTO subtask_inbox (root, task, principal, command, from_instance)
+                         VALUES ($1, $2, $3, $4::text::jsonb, $5) RETURNING seq",
+                        &[&root, &uuid_of(id), &principal, &text, &me],
+                    )?
+                    .get(0);
+                let holder = holder.map(|h| h.to_string()).unwrap_or_default();
+                tx.execute("SELECT pg_notify('subtask_inbox', $1)", &[&holder])?;
+                tx.commit()?;
+                Ok(Some((seq, root)))
+            })
+            .await
+            .map_err(unavailable)?;
+        let Some((seq, root)) = seq else {
+            return Err(ErrorObject::task_not_found());
+        };
+        let woken = Arc::new(Notify::new());
+        self.answers.lock().insert(seq, woken.clone());
+        let answer = self.await_answer(seq, root, &woken).await;
+        self.answers.lock().remove(&seq);
+        match answer? {
+            InboxAnswer::Result(v) => Ok(v),
+            InboxAnswer::Error(e) => Err(e),
+        }
+    }
+
+    async fn await_answer(
+        self: &Arc<Self>,
+        seq: i64,
+        root: uuid::Uuid,
+        woken: &Notify,
+    ) -> Result<InboxAnswer, ErrorObject> {
+        let deadline = tokio::time::Instant::now() + self.config.answer_timeout;
+        loop {
+            // The notification is a hint; the row is the truth (a missed
+            // notification costs one poll interval).
+            let _ = tokio::time::timeout(Duration::from_millis(200), woken.notified()).await;
+            let answer = self
+                .blocking(move |c| {
+                    let row = c.query_opt(
+                        "DELETE FROM subtask_inbox WHERE seq = $1 AND answer IS NOT NULL RETURNING answer::text",
+                        &[&seq],
+                    )?;
+                    if let Some(row) = row {
+                        return Ok(Some(row.get::<_, String>(0)));
+                    }
+                    // The tree was deleted meanwhile: nobody will answer.
+                    let gone = c.query_opt("SELECT 1 FROM subtask_tasks WHERE id = $1", &[&root])?.is_none();
+                    if gone {
+                        c.execute("DELETE FROM subtask_inbox WHERE seq = $1 AND answer IS NULL", &[&seq])?;
+                        return Ok(Some(String::new()));
+                    }
+                    Ok(None)
+                })
+                .await;
+            match answer {
+                Ok(Some(text)) if text.is_empty() => return Err(ErrorObject::task_not_found()),
+                Ok(Some(text)) => {
+                    return serde_json::from_str(&text).map_err(|e| {
+                        ErrorObject::new(
+                            ErrorCode::INTERNAL_ERROR,
+                            format!("an unreadable answer in the inbox: {e}"),
+                        )
+                    });
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, seq, "reading a command's answer failed; retrying"),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ErrorObject::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!(
+                        "the instance holding this task did not answer within {:?}; the command is queued and may \
+                         still be applied",
+                        self.config.answer_timeout
+                    ),
+                ));
+            }
+        }
+    }
+
+    /// Snapshots of a task another instance holds, as
+    /// [`Runtime::subscribe`](crate::runtime::Runtime::subscribe) gives
+    /// them: the current one, then each change, ending after a terminal
+    /// one. Re-read when a commit touches its tree (and every 2 s).
+    pub(crate) fn watch(
+        self: &Arc<Self>,
+        id: TaskId,
+        principal: &str,
+        view: ClientView,
+    ) -> BoxStream<'static, DetailedTask> {
+        struct S {
+            node: Arc<Node>,
+            rx: broadcast::Receiver<Option<Arc<Vec<TaskId>>>>,
+            principal: String,
+            root: Option<TaskId>,
+            last: Option<DetailedTask>,
+            done: bool,
+        }
+        let s = S {
+            node: self.clone(),
+            rx: self.changed.subscribe(),
+            principal: principal.to_owned(),
+            root: None,
+            last: None,
+            done: false,
+        };
+        futures::stream::unfold(s, move |mut s| async move {
+            loop {
+                if s.done {
+                    return None;
+                }
+                match s.node.get(id, &s.principal, view).await {
+                    Ok(Some(snap)) => {
+                        if s.last.as_ref() != Some(&snap) {
+                            s.done = snap.status().is_terminal();
+                            s.last = Some(snap.clone());
+                            return Some((snap, s));
+                        }
+                    }
+                    // Deleted (or never visible): nothing more to show.
+                    Ok(None) => return None,
+                    Err(e) => tracing::warn!(error = %e, task = %id, "re-reading a watched task failed"),
+                }
+                if s.root.is_none() {
+                    s.root = s.node.root_of(id).await;
+                }
+                let tick = tokio::time::sleep(Duration::from_secs(2));
+                tokio::pin!(tick);
+                loop {
+                    tokio::select! {
+                        () = &mut tick => break,
+                        m = s.rx.recv() => match m {
+                            Ok(Some(roots)) if s.root.is_some_and(|r| !roots.contains(&r)) => continue,
+                            Err(broadcast::error::RecvError::Closed) => return None,
+                            _ => break,
+                        }
+                    }
+                }
+            }
+        })
+        .boxed()
+    }
+
+    async fn root_of(self: &Arc<Self>, id: TaskId) -> Option<TaskId> {
+        self.blocking(move |c| {
+            c.query_opt("SELECT root FROM subtask_tasks WHERE id = $1", &[&uuid_of(id)])
+                .map(|r| r.map(|r| id_of(r.get(0))))
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+}
+
+fn unavailable(e: StoreError) -> ErrorObject {
+    ErrorObject::new(
+        ErrorCode::INTERNAL_ERROR,
+        format!("the task database is unavailable: {e}"),
+    )
+}
+
+/// The inbox answer of a command's outcome: the result the direct path
+/// would send, or its error.
+pub(crate) fn answer_of(outcome: &Result<Applied, RuntimeError>) -> InboxAnswer {
+    match outcome {
+        Ok(Applied::Ack) => {
+            InboxAnswer::Result(serde_json::to_value(crate::model::AckResult::new()).expect("serializes"))
+        }
+        Ok(Applied::Task(snap)) => InboxAnswer::Result(
+            serde_json::to_value(super::tasks::task_result((**snap).clone())).expect("serializes"),
+        ),
+        Err(e) => InboxAnswer::Error(super::reply::runtime_error(e.clone())),
+    }
+}
+
+// ----- the lease ---------------------------------------------------------------------
+
+fn lease_loop(node: &Node) {
+    let lease = node.config.lease;
+    let period = lease / 3;
+    let lease_s = lease.as_secs_f64();
+    let mut client: Option<Client> = None;
+    loop {
+        if node.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        if !node.gate.valid() {
+            node.lose(&format!("no renewal within its lease of {lease:?}"));
+            return;
+        }
+        let sent = Instant::now();
+        let renewed = (|| -> Result<u64, StoreError> {
+            if client.as_ref().is_none_or(Client::is_closed) {
+                client = Some(node.connect()?);
+            }
+            let c = client.as_mut().expect("connected above");
+            c.execute(
+                "UPDATE subtask_instances SET lease_until = now() + make_interval(secs => $3)
+                 WHERE id = $1 AND epoch = $2 AND NOT revoked",
+                &[&node.instance, &node.epoch, &lease_s],
+            )
+            .map_err(pg_err)
+        })();
+        match renewed {
+            Ok(1) => {
+                node.gate.extend_to(sent + lease);
+                std::thread::sleep(period);
+            }
+            Ok(_) => {
+                node.lose("its instance row was revoked or taken by a newer process with the same id");
+                return;
+            }
+            Err(e) => {
+                client = None;
+                tracing::warn!(error = %e, left_ms = node.gate.remaining().as_millis() as u64, "renewing the lease failed; retrying");
+                std::thread::sleep(Duration::from_millis(100).min(period));
+            }
+        }
+    }
+}
+
+// ----- notifications -----------------------------------------------------------------
+
+fn listen_loop(node: &Node) {
+    let mut pause = Duration::from_millis(50);
+    while !node.stopped.load(Ordering::Acquire) && !node.is_lost.load(Ordering::Acquire) {
+        let mut client = match node.connect().and_then(|mut c| {
+            c.batch_execute("LISTEN subtask_answer; LISTEN subtask_changed; LISTEN subtask_inbox")
+                .map_err(pg_err)?;
+            Ok(c)
+        }) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "listening for other instances failed; retrying");
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        pause = Duration::from_millis(50);
+        // Whatever was notified while no connection listened: everyone re-reads.
+        for w in node.answers.lock().values() {
+            w.notify_one();
+        }
+        let _ = node.changed.send(None);
+        node.inbox.notify_one();
+        while !node.stopped.load(Ordering::Acquire) && !client.is_closed() {
+            let mut notes = client.notifications();
+            let mut it = notes.timeout_iter(Duration::from_millis(250));
+            loop {
+                match it.next() {
+                    Ok(Some(n)) => dispatch(node, n.channel(), n.payload()),
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the notification connection broke; reconnecting");
+                        break;
+                    }
+                }
+            }
+            drop(it);
+            drop(notes);
+            // Makes a dead connection show as closed.
+            if client.is_closed() || client.simple_query("").is_err() {
+                break;
+            }
+        }
+    }
+}
+
+fn dispatch(node: &Node, channel: &str, payload: &str) {
+    match channel {
+        "subtask_answer" => {
+            let answers = node.answers.lock();
+            for seq in payload.split(',').filter_map(|s| s.parse::<i64>().ok()) {
+                if let Some(w) = answers.get(&seq) {
+                    w.notify_one();
+                }
+            }
+        }
+        "subtask_changed" => {
+            let roots: Vec<TaskId> = payload
+                .split(',')
+                .filter_map(|s| s.parse::<uuid::Uuid>().ok())
+                .map(id_of)
+                .collect();
+            let _ = node.changed.send(Some(Arc::new(roots)));
+        }
+        // The holder named by the requester, or none known: a holder
+        // that is being taken over drains its inbox after the takeover.
+        "subtask_inbox"
+            if payload
+                .parse::<uuid::Uuid>()
+                .ok()
+                .is_none_or(|h| h == node.instance) =>
+        {
+            node.inbox.notify_one();
+        }
+        _ => {}
+    }
+}
+
+// ----- takeover and the inbox --------------------------------------------------------
+
+async fn work_loop(node: Arc<Node>, server: Weak<ServerInner>) {
+    let scan_every = (node.config.lease / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
+    let mut next_scan = tokio::time::Instant::now();
+    let mut next_gc = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        tokio::select! {
+            () = node.inbox.notified() => {}
+            () = tokio::time::sleep_until(next_scan) => {}
+        }
+        if node.stopped.load(Ordering::Acquire) || !node.serving() {
+            return;
+        }
+        let Some(inner) = server.upgrade() else { return };
+        let server = Server { inner };
+        if tokio::time::Instant::now() >= next_scan {
+            next_scan = tokio::time::Instant::now() + scan_every;
+            if let Err(e) = take_over(&node, &server).await {
+                tracing::warn!(error = %e, "looking for dead instances failed; retrying");
+            }
+            if tokio::time::Instant::now() >= next_gc {
+                next_gc = tokio::time::Instant::now() + Duration::from_secs(60);
+                collect_garbage(&node).await;
+            }
+        }
+        if let Err(e) = drain_inbox(&node, &server).await {
+            tracing::warn!(error = %e, "applying commands from other instances failed; retrying");
+        }
+    }
+}
+
+/// Revokes expired leases, then claims and brings back the trees of
+/// revoked instances, a batch at a time.
+async fn take_over(node: &Arc<Node>, server: &Server) -> Result<(), StoreError> {
+    let me = node.instance;
+    let revoked: Vec<uuid::Uuid> = node
+        .blocking(move |c| {
+            c.query(
+                "UPDATE subtask_instances SET revoked = true
+                 WHERE lease_until < now() AND NOT revoked AND id <> $1 RETURNING id",
+                &[&me],
+            )
+            .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+        })
+        .await?;
+    for dead in &revoked {
+        tracing::warn!(instance = %dead, "an instance's lease expired; taking over its trees");
+    }
+    loop {
+        if !node.serving() {
+            return Ok(());
+        }
+        let epoch = node.epoch;
+        let claimed: Option<Vec<uuid::Uuid>> = node
+            .blocking(move |c| {
+                let mut tx = c.transaction()?;
+                // Fenced like a commit: a claim by an instance that lost
+                // its own lease is not made.
+                if tx
+                    .query_opt(
+                        "SELECT 1 FROM subtask_instances WHERE id = $1 AND epoch = $2 AND NOT revoked FOR SHARE",
+                        &[&me, &epoch],
+                    )?
+                    .is_none()
+                {
+                    return Ok(None);
+                }
+                // The share locks keep a revoked id from being revived
+                // (a restart with the same id) while its trees are claimed.
+                let dead: Vec<uuid::Uuid> = tx
+                    .query("SELECT id FROM subtask_instances WHERE revoked FOR SHARE", &[])?
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect();
+                if dead.is_empty() {
+                    return Ok(Some(Vec::new()));
+                }
+                let rows = tx.query(
+                    "UPDATE subtask_tasks SET holder = $1 WHERE id IN (
+                         SELECT id FROM subtask_tasks WHERE holder = ANY($2) AND parent IS NULL
+                         LIMIT 64 FOR UPDATE SKIP LOCKED)
+                     RETURNING id",
+                    &[&me, &dead],
+                )?;
+                tx.commit()?;
+                Ok(Some(rows.iter().map(|r| r.get(0)).collect()))
+            })
+            .await?;
+        let Some(claimed) = claimed else {
+            node.lose("a takeover found this instance revoked");
+            return Ok(());
+        };
+        if claimed.is_empty() {
+            return Ok(());
+        }
+        let roots = claimed.clone();
+        let trees = node
+            .blocking(move |c| {
+                Ok(crate::store::postgres_trees(c.query(
+                    "SELECT id, root, parent, position, version, state, owner, resumable, launch
+                     FROM subtask_tasks WHERE root = ANY($1) ORDER BY seq",
+                    &[&roots],
+                )?))
+            })
+            .await??;
+        let report = server.adopt(trees).await?;
+        tracing::info!(%report, "took over trees of a dead instance");
+        node.inbox.notify_one();
+    }
+}
+
+/// Applies the unanswered commands for trees this instance holds, in
+/// inbox order, each with its receipt in the batch of its effects, and
+/// waits until they are durable.
+async fn drain_inbox(node: &Arc<Node>, server: &Server) -> Result<(), StoreError> {
+    let me = node.instance;
+    loop {
+        let rows: Vec<(i64, uuid::Uuid, String, String)> = node
+            .blocking(move |c| {
+                Ok(c.query(
+                    "SELECT i.seq, i.task, i.principal, i.command::text
+                     FROM subtask_inbox i JOIN subtask_tasks r ON r.id = i.root
+                     WHERE i.answer IS NULL AND r.holder = $1
+                     ORDER BY i.seq LIMIT 256",
+                    &[&me],
+                )?
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+                .collect())
+            })
+            .await?;
+        let full = rows.len() == 256;
+        let mut touched: Vec<TaskId> = Vec::new();
+        for (seq, task, principal, text) in rows {
+            let id = id_of(task);
+            if server.apply_inbox(seq, id, &principal, &text) {
+                touched.push(id);
+            }
+        }
+        if touched.is_empty() {
+            return Ok(());
+        }
+        for id in touched {
+            // The tree may have been deleted meanwhile: its receipt was
+            // written with the deletion or the requester sees it gone.
+            let _ = server.inner.runtime.flushed(id).await;
+        }
+        if !full {
+            return Ok(());
+        }
+    }
+}
+
+async fn collect_garbage(node: &Arc<Node>) {
+    let r = node
+        .blocking(|c| {
+            // Answers nobody collected (the requester died), and instances
+            // that are gone and hold nothing.
+            c.execute(
+                "DELETE FROM subtask_inbox WHERE answer IS NOT NULL AND created_at < now() - interval '10 minutes'",
+                &[],
+            )?;
+            c.execute(
+                "DELETE FROM subtask_instances i WHERE revoked AND epoch > 0
+                   AND NOT EXISTS (SELECT 1 FROM subtask_tasks t WHERE t.holder = i.id)",
+                &[],
+            )
+        })
+        .await;
+    if let Err(e) = r {
+        tracing::warn!(error = %e, "cleaning up the inbox failed");
+    }
+}
+
+impl Server {
+    /// Applies one inbox command to a tree this instance holds; `false`
+    /// when the task is not in the runtime (the tree is being taken over
+    /// or deleted: left for later).
+    fn apply_inbox(&self, seq: i64, id: TaskId, principal: &str, text: &str) -> bool {
+        let rt = &self.inner.runtime;
+        let Some(owner) = rt.owner_of(id) else {
+            return false;
+        };
+        let root = rt.root_of_task(id).unwrap_or(id);
+        let receipt = |answer: InboxAnswer| WriteOp::Receipt {
+            root,
+            seq,
+            answer: serde_json::to_string(&answer).expect("answers serialize"),
+        };
+        let parsed: Result<(String, crate::runtime::Command), ErrorObject> =
+            serde_json::from_str::<InboxCommand>(text)
+                .map_err(|e| {
+                    ErrorObject::new(
+                        ErrorCode::INTERNAL_ERROR,
+                        format!("an unreadable command in the inbox: {e}"),
+                    )
+                })
+                .and_then(|c| {
+                    let view = ClientView {
+                        show_paused: c.show_paused,
+                    };
+                    let params = match c.params {
+                        Value::Object(m) => crate::model::JsonObject::from_map(m),
+                        _ => crate::model::JsonObject::default(),
+                    };
+                    let req = crate::model::JsonRpcRequest::new(0, c.method, params);
+                    super::tasks::parse_command(&req, view)
+                });
+        let command = match parsed {
+            Ok((_, command)) if owner.name() == principal => command,
+            Ok(_) => {
+                rt.write_receipt(root, receipt(InboxAnswer::Error(ErrorObject::task_not_found())));
+                return true;
+            }
+            Err(e) => {
+                rt.write_receipt(root, receipt(InboxAnswer::Error(e)));
+                return true;
+            }
+        };
+        rt.apply_with_receipt(id, command, |outcome| Some(receipt(answer_of(outcome))))
+            .is_some()
+    }
+}
