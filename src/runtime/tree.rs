@@ -201,6 +201,9 @@ pub(crate) struct Durable {
 pub struct Owner {
     name: Arc<str>,
     live: AtomicUsize,
+    /// Live tasks of this principal on other cluster instances, as they
+    /// last published them (counted against the limit).
+    elsewhere: AtomicUsize,
     max_live: usize,
     trees: Mutex<OwnedTrees>,
 }
@@ -220,6 +223,7 @@ impl Owner {
         Arc::new(Owner {
             name: name.into(),
             live: AtomicUsize::new(0),
+            elsewhere: AtomicUsize::new(0),
             max_live,
             trees: Mutex::new(OwnedTrees::default()),
         })
@@ -278,11 +282,16 @@ impl Owner {
     /// Reserves one live task, or says the limit is reached.
     pub(crate) fn try_reserve(&self) -> Result<(), RuntimeError> {
         let before = self.live.fetch_add(1, Ordering::AcqRel);
-        if before >= self.max_live {
+        if before + self.elsewhere.load(Ordering::Relaxed) >= self.max_live {
             self.live.fetch_sub(1, Ordering::AcqRel);
             return Err(RuntimeError::TooManyLiveTasks { max: self.max_live });
         }
         Ok(())
+    }
+
+    /// Sets the live tasks this principal has on other cluster instances.
+    pub(crate) fn set_elsewhere(&self, n: usize) {
+        self.elsewhere.store(n, Ordering::Relaxed);
     }
 
     pub(crate) fn release(&self) {

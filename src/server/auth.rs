@@ -110,6 +110,30 @@ impl Owners {
         self.of_name(&principal.0)
     }
 
+    /// Every principal's live tasks on this instance.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn live_counts(&self) -> Vec<(String, i64)> {
+        self.by_name
+            .lock()
+            .values()
+            .map(|o| (o.name().to_owned(), i64::try_from(o.live()).unwrap_or(i64::MAX)))
+            .collect()
+    }
+
+    /// Sets each principal's live tasks on the other cluster instances
+    /// (absent: none).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn set_elsewhere(&self, counts: &HashMap<String, usize>) {
+        for (name, n) in counts {
+            self.of_name(name).set_elsewhere(*n);
+        }
+        for (name, owner) in self.by_name.lock().iter() {
+            if !counts.contains_key(&**name) {
+                owner.set_elsewhere(0);
+            }
+        }
+    }
+
     pub(crate) fn of_name(&self, name: &str) -> Arc<Owner> {
         let mut by_name = self.by_name.lock();
         if let Some(o) = by_name.get(name) {

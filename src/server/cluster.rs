@@ -519,6 +519,54 @@ impl Node {
         .boxed()
     }
 
+    /// A page of the principal's tasks from the database, for a 2025-11-25
+    /// `tasks/list` on any instance: trees in creation order, each tree's
+    /// tasks in creation order, after the position `after` (stored
+    /// sequence numbers of a tree and a task), and where the next page
+    /// starts.
+    pub(crate) async fn list(
+        self: &Arc<Self>,
+        principal: &str,
+        after: (i64, i64),
+        limit: usize,
+        view: ClientView,
+    ) -> Result<(Vec<DetailedTask>, Option<(i64, i64)>), StoreError> {
+        let principal = principal.to_owned();
+        let rows = self
+            .blocking(move |c| {
+                c.query(
+                    "SELECT r.seq, t.seq, t.id, t.root, t.parent, t.position, t.state,
+                            ARRAY(SELECT k.id FROM subtask_tasks k WHERE k.parent = t.id ORDER BY k.position)
+                     FROM subtask_tasks r JOIN subtask_tasks t ON t.root = r.id
+                     WHERE r.parent IS NULL AND r.owner = $1 AND (r.seq, t.seq) > ($2, $3)
+                     ORDER BY r.seq, t.seq LIMIT $4",
+                    &[&principal, &after.0, &after.1, &(limit as i64)],
+                )
+            })
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        let mut last = after;
+        for row in &rows {
+            last = (row.get(0), row.get(1));
+            let id = id_of(row.get(2));
+            let parent: Option<uuid::Uuid> = row.get(4);
+            let position: i32 = row.get(5);
+            let state: String = row.get(6);
+            let children: Vec<uuid::Uuid> = row.get(7);
+            let rec = decode_state(
+                id,
+                id_of(row.get(3)),
+                parent.map(id_of),
+                u32::try_from(position).unwrap_or(0),
+                &state,
+            )
+            .map_err(|e| StoreError::Corrupt(format!("task {id}: {e}")))?;
+            out.push(rec.detailed(children.into_iter().map(id_of).collect(), view));
+        }
+        let next = (rows.len() == limit).then_some(last);
+        Ok((out, next))
+    }
+
     async fn root_of(self: &Arc<Self>, id: TaskId) -> Option<TaskId> {
         self.blocking(move |c| {
             c.query_opt("SELECT root FROM subtask_tasks WHERE id = $1", &[&uuid_of(id)])
@@ -683,6 +731,8 @@ async fn work_loop(node: Arc<Node>, server: Weak<ServerInner>) {
     let scan_every = (node.config.lease / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
     let mut next_scan = tokio::time::Instant::now();
     let mut next_gc = tokio::time::Instant::now() + Duration::from_secs(60);
+    let publish_every = node.config.lease / 3;
+    let mut next_publish = tokio::time::Instant::now();
     loop {
         tokio::select! {
             () = node.inbox.notified() => {}
@@ -697,6 +747,12 @@ async fn work_loop(node: Arc<Node>, server: Weak<ServerInner>) {
             next_scan = tokio::time::Instant::now() + scan_every;
             if let Err(e) = take_over(&node, &server).await {
                 tracing::warn!(error = %e, "looking for dead instances failed; retrying");
+            }
+            if tokio::time::Instant::now() >= next_publish {
+                next_publish = tokio::time::Instant::now() + publish_every;
+                if let Err(e) = share_live_counts(&node, &server).await {
+                    tracing::warn!(error = %e, "sharing live-task counts failed; retrying");
+                }
             }
             if tokio::time::Instant::now() >= next_gc {
                 next_gc = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -831,6 +887,45 @@ async fn drain_inbox(node: &Arc<Node>, server: &Server) -> Result<(), StoreError
     }
 }
 
+/// Publishes this instance's live tasks per principal and reads the
+/// others' (live instances only), so a principal's limit on live tasks
+/// holds across the cluster, up to what others created since they last
+/// published (a third of a lease).
+async fn share_live_counts(node: &Arc<Node>, server: &Server) -> Result<(), StoreError> {
+    let me = node.instance;
+    let (names, counts): (Vec<String>, Vec<i64>) = server.inner.owners.live_counts().into_iter().unzip();
+    let others: HashMap<String, usize> = node
+        .blocking(move |c| {
+            let mut tx = c.transaction()?;
+            tx.execute("DELETE FROM subtask_live WHERE instance = $1", &[&me])?;
+            tx.execute(
+                "INSERT INTO subtask_live (instance, principal, live)
+                 SELECT $1, p, n FROM unnest($2::text[], $3::bigint[]) AS u(p, n) WHERE n > 0",
+                &[&me, &names, &counts],
+            )?;
+            let rows = tx.query(
+                "SELECT l.principal, sum(l.live)::bigint FROM subtask_live l
+                 JOIN subtask_instances i ON i.id = l.instance
+                 WHERE l.instance <> $1 AND NOT i.revoked
+                 GROUP BY l.principal",
+                &[&me],
+            )?;
+            tx.commit()?;
+            Ok(rows
+                .iter()
+                .map(|r| {
+                    (
+                        r.get::<_, String>(0),
+                        usize::try_from(r.get::<_, i64>(1)).unwrap_or(0),
+                    )
+                })
+                .collect())
+        })
+        .await?;
+    server.inner.owners.set_elsewhere(&others);
+    Ok(())
+}
+
 async fn collect_garbage(node: &Arc<Node>) {
     let r = node
         .blocking(|c| {
@@ -838,6 +933,10 @@ async fn collect_garbage(node: &Arc<Node>) {
             // that are gone and hold nothing.
             c.execute(
                 "DELETE FROM subtask_inbox WHERE answer IS NOT NULL AND created_at < now() - interval '10 minutes'",
+                &[],
+            )?;
+            c.execute(
+                "DELETE FROM subtask_live l USING subtask_instances i WHERE i.id = l.instance AND i.revoked",
                 &[],
             )?;
             c.execute(

@@ -163,6 +163,21 @@ fn decode_cursor(raw: &str) -> Option<ListPosition> {
     })
 }
 
+/// A cluster's `tasks/list` cursor: the stored sequence numbers of the
+/// last tree and task listed.
+#[cfg(feature = "postgres")]
+fn encode_db_cursor((tree, task): (i64, i64)) -> String {
+    URL_SAFE_NO_PAD.encode(format!("subtask-dblist:{tree}:{task}"))
+}
+
+#[cfg(feature = "postgres")]
+fn decode_db_cursor(raw: &str) -> Option<(i64, i64)> {
+    let bytes = URL_SAFE_NO_PAD.decode(raw).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (tree, task) = text.strip_prefix("subtask-dblist:")?.split_once(':')?;
+    Some((tree.parse().ok()?, task.parse().ok()?))
+}
+
 impl Server {
     /// A request on the legacy path. Every JSON-RPC error is sent with HTTP
     /// 200 (the 2025-11-25 transport gives errors no status of their own).
@@ -232,34 +247,53 @@ impl Server {
         })
     }
 
-    fn legacy_task_id(&self, req: &JsonRpcRequest, principal: &Principal) -> Result<TaskId, ErrorObject> {
-        let raw =
-            str_param(req.params.as_ref(), "taskId").ok_or_else(|| invalid("`taskId` must be a string"))?;
-        self.visible_task(raw, principal)
-    }
-
     async fn legacy_get(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
         let raw =
             str_param(req.params.as_ref(), "taskId").ok_or_else(|| invalid("`taskId` must be a string"))?;
         let id: TaskId = raw.parse().map_err(|_| ErrorObject::task_not_found())?;
         let rt = &self.inner.runtime;
         // The owner check, the snapshot and the durability ticket in one lookup.
-        let (snap, ticket) = rt
-            .get_owned(id, ctx.principal.name(), ClientView::BASE)
-            .ok_or_else(ErrorObject::task_not_found)?;
+        let Some((snap, ticket)) = rt.get_owned(id, ctx.principal.name(), ClientView::BASE) else {
+            // Held by another cluster instance (or unknown).
+            let snap = self
+                .remote_get(id, ctx.principal.name(), ClientView::BASE)
+                .await?
+                .ok_or_else(ErrorObject::task_not_found)?;
+            return Ok(result_reply(&ctx.id, task_object(&snap)));
+        };
         rt.durable(ticket).await.map_err(store_error)?;
         Ok(result_reply(&ctx.id, task_object(&snap)))
+    }
+
+    /// A task id the caller may see and its current snapshot, from this
+    /// instance's runtime or, for a tree another cluster instance holds,
+    /// from the database; `local` says which.
+    async fn legacy_lookup(
+        &self,
+        req: &JsonRpcRequest,
+        principal: &Principal,
+    ) -> Result<(TaskId, DetailedTask, bool), ErrorObject> {
+        let raw =
+            str_param(req.params.as_ref(), "taskId").ok_or_else(|| invalid("`taskId` must be a string"))?;
+        if let Ok(id) = self.visible_task(raw, principal)
+            && let Some(snap) = self.inner.runtime.get(id, ClientView::BASE)
+        {
+            return Ok((id, snap, true));
+        }
+        let id: TaskId = raw.parse().map_err(|_| ErrorObject::task_not_found())?;
+        let snap = self
+            .remote_get(id, principal.name(), ClientView::BASE)
+            .await?
+            .ok_or_else(ErrorObject::task_not_found)?;
+        Ok((id, snap, false))
     }
 
     /// `tasks/result`: the answer at once for a terminal task; otherwise an
     /// SSE stream of status notifications and input requests that ends with
     /// the answer.
     async fn legacy_result(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
-        let id = self.legacy_task_id(req, &ctx.principal)?;
+        let (id, snap, _) = self.legacy_lookup(req, &ctx.principal).await?;
         let rt = self.inner.runtime.clone();
-        let snap = rt
-            .get(id, ClientView::BASE)
-            .ok_or_else(ErrorObject::task_not_found)?;
         if snap.status().is_terminal() {
             rt.flushed(id).await.map_err(store_error)?;
             return Ok(Reply::Message {
@@ -276,7 +310,7 @@ impl Server {
             done: bool,
         }
         let state = State {
-            updates: rt.subscribe(&[id], ClientView::BASE).boxed(),
+            updates: self.follow(id, ctx.principal.name(), ClientView::BASE),
             rt,
             request: ctx.id.clone(),
             asked: HashSet::new(),
@@ -326,6 +360,30 @@ impl Server {
     }
 
     async fn legacy_list(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
+        #[cfg(feature = "postgres")]
+        if let Some(node) = self.cluster() {
+            // A cluster lists from the database, so every instance gives
+            // the same pages (rows hold only what was durable).
+            let after = match req.params.as_ref().and_then(|p| p.get("cursor")) {
+                None | Some(Value::Null) => (0, 0),
+                Some(Value::String(c)) => {
+                    decode_db_cursor(c).ok_or_else(|| invalid("invalid cursor for tasks/list"))?
+                }
+                Some(_) => return Err(invalid("`cursor` must be a string")),
+            };
+            let (tasks, next) = node
+                .list(ctx.principal.name(), after, LIST_PAGE, ClientView::BASE)
+                .await
+                .map_err(store_error)?;
+            let result = ListTasksResult {
+                tasks: tasks.iter().map(legacy_task).collect(),
+                next_cursor: next.map(encode_db_cursor),
+            };
+            return Ok(result_reply(
+                &ctx.id,
+                serde_json::to_value(result).expect("results serialize"),
+            ));
+        }
         let from = match req.params.as_ref().and_then(|p| p.get("cursor")) {
             None | Some(Value::Null) => ListPosition::default(),
             Some(Value::String(c)) => {
@@ -361,16 +419,38 @@ impl Server {
     }
 
     async fn legacy_cancel(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
-        let id = self.legacy_task_id(req, &ctx.principal)?;
+        let (id, snap, local) = self.legacy_lookup(req, &ctx.principal).await?;
         let rt = &self.inner.runtime;
-        let snap = rt
-            .get(id, ClientView::BASE)
-            .ok_or_else(ErrorObject::task_not_found)?;
         if snap.status().is_terminal() {
             return Err(invalid(format!(
                 "Cannot cancel task: already in terminal status '{}'",
                 status_of(&snap).0.as_str()
             )));
+        }
+        if !local {
+            // Held by another cluster instance: it cancels; the answer
+            // waits for the task to end there, within the same bound.
+            let name = ctx.principal.name();
+            self.remote_command(id, name, "tasks/cancel", json!({"taskId": id}), ClientView::BASE)
+                .await?;
+            let mut updates = self.follow(id, name, ClientView::BASE);
+            let ended = tokio::time::timeout(CANCEL_WAIT, async {
+                while let Some(s) = updates.next().await {
+                    if s.status().is_terminal() {
+                        return Some(s);
+                    }
+                }
+                None
+            })
+            .await;
+            let snap = match ended {
+                Ok(Some(done)) => done,
+                _ => self
+                    .remote_get(id, name, ClientView::BASE)
+                    .await?
+                    .ok_or_else(ErrorObject::task_not_found)?,
+            };
+            return Ok(result_reply(&ctx.id, task_object(&snap)));
         }
         let _ = rt.cancel(id).map_err(runtime_error)?;
         // The text wants the task `cancelled` before the answer: wait for
@@ -405,7 +485,19 @@ impl Server {
             return not_ours();
         };
         let Ok(id) = self.visible_task(task, principal) else {
-            return not_ours();
+            // A task another cluster instance holds: a `tasks/update` there.
+            let Ok(id) = task.parse::<TaskId>() else {
+                return not_ours();
+            };
+            let params = json!({"taskId": id, "inputResponses": {key: resp.result}});
+            return match self
+                .remote_command(id, principal.name(), "tasks/update", params, ClientView::BASE)
+                .await
+            {
+                Ok(_) => Reply::Accepted,
+                Err(e) if e == ErrorObject::task_not_found() => not_ours(),
+                Err(e) => error_reply(400, None, e),
+            };
         };
         let rt = &self.inner.runtime;
         let mut answers = InputResponses::new();

@@ -112,7 +112,12 @@ impl Server {
 
     /// Snapshots of `id` as it changes: from the runtime when this
     /// instance holds its tree, else from the cluster's database.
-    fn follow(&self, id: TaskId, principal: &str, view: ClientView) -> BoxStream<'static, DetailedTask> {
+    pub(crate) fn follow(
+        &self,
+        id: TaskId,
+        principal: &str,
+        view: ClientView,
+    ) -> BoxStream<'static, DetailedTask> {
         if self.inner.runtime.owner_of(id).is_some() {
             return self.inner.runtime.subscribe(&[id], view).boxed();
         }

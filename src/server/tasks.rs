@@ -81,22 +81,39 @@ impl Server {
         req: &JsonRpcRequest,
         ctx: &RequestCtx,
     ) -> Result<Reply, ErrorObject> {
+        let (raw, _) = parse_command(req, ctx.view())?;
+        let id: TaskId = raw.parse().map_err(|_| ErrorObject::task_not_found())?;
+        let params = req
+            .params
+            .as_ref()
+            .map_or(Value::Null, |p| Value::Object(p.as_map().clone()));
+        let result = self
+            .remote_command(id, ctx.principal.name(), &req.method, params, ctx.view())
+            .await?;
+        Ok(result_reply(&ctx.id, result))
+    }
+
+    /// Passes the command `method` with `params` on to the cluster instance
+    /// holding task `id` and returns its answer's `result` ("task not
+    /// found" without a cluster, for unknown and foreign ids).
+    pub(crate) async fn remote_command(
+        &self,
+        id: TaskId,
+        principal: &str,
+        method: &str,
+        params: Value,
+        view: ClientView,
+    ) -> Result<Value, ErrorObject> {
         #[cfg(feature = "postgres")]
         if let Some(node) = self.cluster() {
-            let (raw, _) = parse_command(req, ctx.view())?;
-            let id: TaskId = raw.parse().map_err(|_| ErrorObject::task_not_found())?;
             let command = super::cluster::InboxCommand {
-                method: req.method.clone(),
-                params: req
-                    .params
-                    .as_ref()
-                    .map_or(Value::Null, |p| Value::Object(p.as_map().clone())),
-                show_paused: ctx.view().show_paused,
+                method: method.to_owned(),
+                params,
+                show_paused: view.show_paused,
             };
-            let result = node.command(id, ctx.principal.name(), command).await?;
-            return Ok(result_reply(&ctx.id, result));
+            return node.command(id, principal, command).await;
         }
-        let _ = (req, ctx);
+        let _ = (id, principal, method, params, view);
         Err(ErrorObject::task_not_found())
     }
 

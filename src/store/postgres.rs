@@ -73,6 +73,13 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE subtask_tasks ADD COLUMN holder UUID;
     CREATE INDEX subtask_tasks_holder ON subtask_tasks (holder) WHERE holder IS NOT NULL;
     CREATE INDEX subtask_tasks_parent ON subtask_tasks (parent, position) WHERE parent IS NOT NULL;
+    CREATE INDEX subtask_tasks_owner ON subtask_tasks (owner, seq) WHERE parent IS NULL;
+    CREATE TABLE subtask_live (
+        instance  UUID NOT NULL,
+        principal TEXT NOT NULL,
+        live      BIGINT NOT NULL,
+        PRIMARY KEY (instance, principal)
+    );
     CREATE TABLE subtask_inbox (
         seq           BIGSERIAL PRIMARY KEY,
         root          UUID NOT NULL,

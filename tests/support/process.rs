@@ -59,6 +59,16 @@ impl ServerProcess {
     ///
     /// If the binary cannot be started or the log cannot be opened.
     pub fn spawn(bin: &Path, args: &[String], log: &Path) -> ServerProcess {
+        ServerProcess::spawn_env(bin, args, log, &[])
+    }
+
+    /// [`ServerProcess::spawn`] with more environment variables (`RUST_LOG`
+    /// among them overrides the default `info`).
+    ///
+    /// # Panics
+    ///
+    /// If the binary cannot be started or the log cannot be opened.
+    pub fn spawn_env(bin: &Path, args: &[String], log: &Path, env: &[(&str, &str)]) -> ServerProcess {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let out = std::fs::OpenOptions::new()
             .create(true)
@@ -73,6 +83,7 @@ impl ServerProcess {
             .args(args)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -99,9 +110,24 @@ impl ServerProcess {
         log: &Path,
         timeout: Duration,
     ) -> Result<ServerProcess, String> {
+        ServerProcess::start_env(bin, args, log, timeout, &[]).await
+    }
+
+    /// [`ServerProcess::start`] with more environment variables.
+    ///
+    /// # Errors
+    ///
+    /// The server exited for another reason, or did not answer in time.
+    pub async fn start_env(
+        bin: &Path,
+        args: &[String],
+        log: &Path,
+        timeout: Duration,
+        env: &[(&str, &str)],
+    ) -> Result<ServerProcess, String> {
         let mut last = String::new();
         for _ in 0..5 {
-            let server = ServerProcess::spawn(bin, args, log);
+            let server = ServerProcess::spawn_env(bin, args, log, env);
             match server.wait_ready(timeout).await {
                 Ok(()) => return Ok(server),
                 Err(e) => {
@@ -129,7 +155,10 @@ impl ServerProcess {
             if let Some(status) = self.exited() {
                 return Err(format!("the server exited before it was ready: {status}"));
             }
-            if let Ok(Rpc::Ok(_)) = rpc(&client, "server/discover", json!({}), Duration::from_secs(5)).await {
+            // With --tokens an anonymous request is refused: that too is an answer.
+            if let Ok(Rpc::Ok(_) | Rpc::Err(401, _)) =
+                rpc(&client, "server/discover", json!({}), Duration::from_secs(5)).await
+            {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -137,6 +166,14 @@ impl ServerProcess {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// The process id (for signals other than SIGKILL).
+    pub fn pid(&self) -> u32 {
+        self.child
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .id()
     }
 
     /// The address it listens on.

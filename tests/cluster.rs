@@ -1,0 +1,277 @@
+//! Several `subtask serve` processes on one PostgreSQL database (a cluster,
+//! `docs/scale-out.md`): each promise shown on its own with the real binary.
+//! The fault test with every kind of request and fault at random moments is
+//! `tests/scale_out.rs`.
+//!
+//! Needs `SUBTASK_TEST_PG` (`scripts/pg.sh cargo test --test cluster`); fails
+//! without it.
+
+#![cfg(unix)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use support::http::{Client, child_ids, full_caps, is_terminal};
+use support::process::{ServerProcess, private_binary};
+use support::tempdir::TempDir;
+
+const GUARD: Duration = Duration::from_secs(60);
+
+struct Cluster {
+    dir: TempDir,
+    bin: PathBuf,
+    url: String,
+}
+
+impl Cluster {
+    async fn new(tag: &str) -> Cluster {
+        let dir = TempDir::new(tag);
+        let bin = private_binary(dir.0.as_path());
+        let url = tokio::task::spawn_blocking(support::pg::fresh_database)
+            .await
+            .unwrap();
+        Cluster { dir, bin, url }
+    }
+
+    fn tokens(&self) -> PathBuf {
+        let path = self.dir.0.join("tokens");
+        std::fs::write(&path, "ann-token ann\nbob-token bob\n").unwrap();
+        path
+    }
+
+    /// An instance with `extra` arguments (`--lease`, `--instance-id`, `--tokens`).
+    async fn start(&self, name: &str, extra: &[&str]) -> ServerProcess {
+        let mut args = vec!["--db".to_owned(), self.url.clone()];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let log = self.log(name);
+        ServerProcess::start(&self.bin, &args, &log, GUARD)
+            .await
+            .unwrap_or_else(|e| panic!("instance {name} starts: {e}"))
+    }
+
+    fn log(&self, name: &str) -> PathBuf {
+        self.dir.0.join(format!("{name}.log"))
+    }
+}
+
+fn signal(server: &ServerProcess, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(server.pid().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig}");
+}
+
+fn read(log: &Path) -> String {
+    std::fs::read_to_string(log).unwrap_or_default()
+}
+
+/// Polls `client` until `pred` holds for task `id` (a hang guard of `GUARD`).
+async fn until(client: &Client, id: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let start = Instant::now();
+    loop {
+        let t = client.get(id).await;
+        if pred(&t) {
+            return t;
+        }
+        assert!(start.elapsed() < GUARD, "task {id} never got there: {t}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn restarted(t: &Value) -> bool {
+    t["status"] == "failed" && t["error"]["data"]["reason"] == "server_restarted"
+}
+
+/// Any instance answers for a tree another one holds: the same `tasks/get`,
+/// commands applied once by the holder (steer delivered exactly once,
+/// pause and resume of the whole tree), a `subscriptions/listen` stream
+/// that follows the tree to its end, a 2025-11-25 `tasks/list` that shows
+/// the same pages on both instances; and a principal never sees another's
+/// tree on either instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_instance_answers_for_any_tree_and_principals_stay_apart() {
+    let c = Cluster::new("cluster-any").await;
+    let tokens = c.tokens();
+    let tokens = tokens.to_str().unwrap();
+    let a = c.start("a", &["--tokens", tokens]).await;
+    let b = c.start("b", &["--tokens", tokens]).await;
+    let ann_a = Client::new(a.addr(), full_caps()).with_token("ann-token");
+    let ann_b = Client::new(b.addr(), full_caps()).with_token("ann-token");
+    let bob_b = Client::new(b.addr(), full_caps()).with_token("bob-token");
+    let bob_a = Client::new(a.addr(), full_caps()).with_token("bob-token");
+
+    let root = ann_a
+        .start_task(
+            "fanout",
+            json!({"width": 2, "depth": 1, "steps": 60, "stepMs": 25}),
+        )
+        .await;
+    let children = ann_a.until_children(&root, 2).await;
+    // The listen stream is opened on the instance that does not hold the tree.
+    let mut notes = ann_b.listen(&[&root]).await;
+
+    // Reads through B match A's (the fields that do not move between two reads).
+    let via_b = ann_b.get(&root).await;
+    assert_eq!(via_b["taskId"], root.as_str());
+    assert_eq!(child_ids(&via_b), children);
+    for child in &children {
+        let t = ann_b.get(child).await;
+        assert_eq!(t["parentTaskId"], root.as_str(), "{t}");
+    }
+
+    // Another principal: unknown on both instances, for reads and commands.
+    for (client, what) in [(&bob_b, "B"), (&bob_a, "A")] {
+        let (_, e) = client.error("tasks/get", json!({"taskId": root})).await;
+        assert_eq!(
+            e["message"], "Failed to retrieve task: Task not found",
+            "{what}: {e}"
+        );
+        let (_, e) = client
+            .error("tasks/steer", json!({"taskId": root, "message": "not yours"}))
+            .await;
+        assert_eq!(
+            e["message"], "Failed to retrieve task: Task not found",
+            "{what}: {e}"
+        );
+    }
+
+    // A steer through B is applied by A once.
+    ann_b
+        .call("tasks/steer", json!({"taskId": root, "message": "via B"}))
+        .await;
+    // Pause through B: the whole tree turns paused (seen through A).
+    let paused = ann_b.call("tasks/pause", json!({"taskId": root})).await;
+    assert_eq!(paused["taskId"], root.as_str(), "{paused}");
+    for id in std::iter::once(&root).chain(&children) {
+        until(&ann_a, id, |t| t["status"] == "paused").await;
+    }
+    let resumed = ann_b.call("tasks/resume", json!({"taskId": root})).await;
+    assert_ne!(resumed["status"], "paused", "{resumed}");
+    // A bad command through B gets the holder's error.
+    let (_, e) = ann_b.error("tasks/resume", json!({"taskId": root})).await;
+    assert_eq!(e["code"], -32602, "resuming a running task: {e}");
+
+    let done = until(&ann_b, &root, is_terminal).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"]["steers"],
+        json!(["via B"]),
+        "the steer passed on through B was delivered exactly once: {done}"
+    );
+    // Once terminal, both instances give the same answer, byte for byte.
+    assert_eq!(ann_a.get(&root).await, ann_b.get(&root).await);
+    for child in &children {
+        assert_eq!(ann_a.get(child).await, ann_b.get(child).await);
+    }
+
+    // The stream on B saw the whole tree end (every task terminal).
+    let mut terminal = std::collections::HashSet::new();
+    let deadline = Instant::now() + GUARD;
+    while terminal.len() < 3 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let note = tokio::time::timeout(left, notes.recv())
+            .await
+            .expect("notifications on B")
+            .expect("the stream stays open until the tree ends");
+        let task = &note["params"];
+        if is_terminal(task) {
+            terminal.insert(task["taskId"].as_str().unwrap().to_owned());
+        }
+    }
+    assert!(terminal.contains(&root), "{terminal:?}");
+
+    a.kill();
+    b.kill();
+}
+
+/// An instance stopped past its lease (a zombie) loses its trees to a
+/// survivor, which recovers them as a restart does; once it runs again it
+/// exits with status 75 by itself without answering anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_instance_loses_its_trees_and_exits_when_it_wakes() {
+    let c = Cluster::new("cluster-zombie").await;
+    let a = c.start("a", &["--lease", "1"]).await;
+    let b = c.start("b", &["--lease", "1"]).await;
+    let via_a = Client::new(a.addr(), full_caps());
+    let via_b = Client::new(b.addr(), full_caps());
+    let root = via_a
+        .start_task(
+            "fanout",
+            json!({"width": 2, "depth": 1, "steps": 200, "stepMs": 10}),
+        )
+        .await;
+    let children = via_a.until_children(&root, 2).await;
+
+    signal(&a, "STOP");
+    let stopped = Instant::now();
+    // B takes the tree over: A's running children fail with the restart
+    // reason, the resumable root runs again and ends.
+    let child = until(&via_b, &children[0], restarted).await;
+    let took = stopped.elapsed();
+    assert!(
+        took < Duration::from_millis(1000 + 1500),
+        "taken over {took:?} after the stop (lease 1 s): {child}"
+    );
+    signal(&a, "CONT");
+    let woke = Instant::now();
+    let status = loop {
+        if let Some(s) = a.exited() {
+            break s;
+        }
+        assert!(
+            woke.elapsed() < Duration::from_secs(10),
+            "the zombie kept running"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(75), "{}", read(a.log()));
+    assert!(read(a.log()).contains("lost its lease"), "{}", read(a.log()));
+    let done = until(&via_b, &root, is_terminal).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let after = child_ids(&done);
+    assert!(
+        after.starts_with(&children) && after.len() > children.len(),
+        "{done}"
+    );
+    b.kill();
+}
+
+/// A restart with the same `--instance-id` takes that id's trees back at
+/// once, without waiting for the old lease to expire; the previous process
+/// with that id is fenced (its epoch is superseded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_the_same_id_takes_its_trees_back_at_once() {
+    let c = Cluster::new("cluster-same-id").await;
+    let id = "6d2f6a8e-2c1b-4c55-9a55-0f0d8a1d0c01";
+    // A long lease: only the same id can take the trees back in time.
+    let a = c.start("a", &["--instance-id", id, "--lease", "30"]).await;
+    let via_a = Client::new(a.addr(), full_caps());
+    let root = via_a
+        .start_task(
+            "fanout",
+            json!({"width": 2, "depth": 1, "steps": 100, "stepMs": 10}),
+        )
+        .await;
+    let children = via_a.until_children(&root, 2).await;
+    assert!(a.kill());
+    a.wait();
+    let started = Instant::now();
+    let a2 = c.start("a2", &["--instance-id", id, "--lease", "30"]).await;
+    let via_a2 = Client::new(a2.addr(), full_caps());
+    let child = until(&via_a2, &children[0], restarted).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}: {child}",
+        started.elapsed()
+    );
+    let done = until(&via_a2, &root, is_terminal).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    a2.kill();
+}
