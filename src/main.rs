@@ -306,6 +306,7 @@ async fn serve(
         ),
         None => None,
     };
+    let leaving = cluster.clone();
     let lost = async move {
         match &cluster {
             Some(c) => c.lost().await,
@@ -330,6 +331,9 @@ async fn serve(
         }
         // No graceful drain: the trees are another instance's now.
         () = lost => return Ok(Served::LostLease),
+    }
+    if let Some(c) = leaving {
+        c.leave().await;
     }
     tracing::info!("shut down cleanly");
     Ok(Served::Stopped)

@@ -125,6 +125,18 @@ async fn crash_test(pg: Option<String>, rounds: u64) {
     println!("crash test on {store}: {rounds} rounds");
     let started = Instant::now();
     let scratch = Scratch::new();
+    // On PostgreSQL every start is the same cluster instance: a restart
+    // takes its trees back at once, as a restart on SQLite does (with a new
+    // id they would come back only after the old lease expired; that
+    // takeover is tests/scale_out.rs's).
+    let same_instance: Vec<String> = if pg.is_some() {
+        vec![
+            "--instance-id".into(),
+            "5c7a1e00-0000-4000-8000-00000000c4a5".into(),
+        ]
+    } else {
+        Vec::new()
+    };
     let db = pg.unwrap_or_else(|| scratch.0.join("tasks.db").display().to_string());
     let bin = support::process::private_binary(&scratch.0);
     let mut rng = Rng::new(seed);
@@ -134,12 +146,13 @@ async fn crash_test(pg: Option<String>, rounds: u64) {
 
     for r in 0..rounds {
         let durability = if rng.chance(0.3) { "relaxed" } else { "full" };
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             "--db".into(),
             db.clone(),
             "--durability".into(),
             durability.into(),
         ];
+        args.extend(same_instance.iter().cloned());
         let log = scratch.0.join(format!("server-{r:02}.log"));
         model.lock().unwrap().epoch += 1;
 
@@ -260,7 +273,8 @@ async fn crash_test(pg: Option<String>, rounds: u64) {
     // The last start: nothing is killed any more; every tree must end.
     let log = scratch.0.join("server-final.log");
     model.lock().unwrap().epoch += 1;
-    let args: Vec<String> = vec!["--db".into(), db.clone()];
+    let mut args: Vec<String> = vec!["--db".into(), db.clone()];
+    args.extend(same_instance.iter().cloned());
     let round = restart(&bin, &model, &args, &log, &before).await;
     fail_on_violations(&model, seed, "after the last restart");
     let live: Vec<String> = {

@@ -246,10 +246,28 @@ impl Cluster {
         }
     }
 
-    /// Stops renewing and taking over (the lease then lapses by itself);
-    /// for a clean shutdown, or tests.
-    pub fn stop(&self) {
-        self.node.stopped.store(true, Ordering::Release);
+    /// Leaves the cluster at a clean shutdown: freezes this instance's
+    /// handlers ([`LeaseGate::revoke`]), stops renewing and taking over,
+    /// and revokes its row, so that the other instances take its trees
+    /// over at their next look instead of after the lease. Call it last:
+    /// nothing of this instance runs afterwards.
+    pub async fn leave(&self) {
+        let node = self.node.clone();
+        node.gate.revoke();
+        node.stopped.store(true, Ordering::Release);
+        let (id, epoch) = (node.instance, node.epoch);
+        let r = node
+            .blocking(move |c| {
+                c.execute(
+                    "UPDATE subtask_instances SET revoked = true, lease_until = now() WHERE id = $1 AND epoch = $2",
+                    &[&id, &epoch],
+                )
+            })
+            .await;
+        match r {
+            Ok(_) => tracing::info!(instance = %id, "left the cluster; its trees go to the other instances"),
+            Err(e) => tracing::warn!(error = %e, "leaving the cluster failed; its lease will expire instead"),
+        }
     }
 }
 
