@@ -275,3 +275,84 @@ async fn a_restart_with_the_same_id_takes_its_trees_back_at_once() {
     assert_eq!(done["status"], "completed", "{done}");
     a2.kill();
 }
+
+/// A 2025-11-25 request (no `_meta`, the version header) to `addr`; the
+/// JSON-RPC answer (the last message of an SSE stream).
+async fn legacy(addr: std::net::SocketAddr, method: &str, params: Value) -> Value {
+    let headers = vec![
+        ("Content-Type", "application/json".to_owned()),
+        ("Accept", "application/json, text/event-stream".to_owned()),
+        ("MCP-Protocol-Version", "2025-11-25".to_owned()),
+    ];
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+    let r = support::http::raw(addr, "POST", &headers, body.to_string().as_bytes()).await;
+    assert_eq!(r.status, 200, "{method}: {}", r.body);
+    if r.header("content-type")
+        .is_some_and(|c| c.starts_with("text/event-stream"))
+    {
+        return r
+            .body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .last()
+            .expect("a message on the stream");
+    }
+    r.json()
+}
+
+/// The 2025-11-25 wire reaches trees another instance holds: `tasks/get`,
+/// `tasks/result` (waits for the end there), `tasks/list` (the same pages
+/// on every instance) and `tasks/cancel` (the subtree cancelled by the
+/// holder).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_2025_wire_reaches_trees_held_elsewhere() {
+    let c = Cluster::new("cluster-legacy").await;
+    let a = c.start("a", &[]).await;
+    let b = c.start("b", &[]).await;
+    let via_a = Client::new(a.addr(), full_caps());
+    let quick = via_a
+        .start_task(
+            "fanout",
+            json!({"width": 2, "depth": 1, "steps": 20, "stepMs": 10}),
+        )
+        .await;
+    // tasks/result through B waits for the tree held by A to end.
+    let answer = legacy(b.addr(), "tasks/result", json!({"taskId": quick})).await;
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    let got_b = legacy(b.addr(), "tasks/get", json!({"taskId": quick})).await;
+    let got_a = legacy(a.addr(), "tasks/get", json!({"taskId": quick})).await;
+    assert_eq!(got_a, got_b);
+    assert_eq!(got_b["result"]["status"], "completed", "{got_b}");
+
+    let slow = via_a
+        .start_task(
+            "fanout",
+            json!({"width": 2, "depth": 1, "steps": 500, "stepMs": 10}),
+        )
+        .await;
+    let children = via_a.until_children(&slow, 2).await;
+    let list_a = legacy(a.addr(), "tasks/list", json!({})).await;
+    let list_b = legacy(b.addr(), "tasks/list", json!({})).await;
+    let ids = |l: &Value| -> Vec<String> {
+        l["result"]["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["taskId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&list_a), ids(&list_b));
+    for id in std::iter::once(&quick).chain([&slow]).chain(&children) {
+        assert!(ids(&list_b).contains(id), "{id} not listed: {list_b}");
+    }
+
+    let cancelled = legacy(b.addr(), "tasks/cancel", json!({"taskId": slow})).await;
+    assert_eq!(cancelled["result"]["status"], "cancelled", "{cancelled}");
+    for child in &children {
+        let t = until(&via_a, child, is_terminal).await;
+        assert_eq!(t["status"], "cancelled", "{t}");
+    }
+    a.kill();
+    b.kill();
+}
