@@ -356,3 +356,58 @@ async fn the_2025_wire_reaches_trees_held_elsewhere() {
     a.kill();
     b.kill();
 }
+
+/// An in-process instance on `url` with a live-task limit per principal.
+async fn instance(url: &str, max_live: usize) -> (std::net::SocketAddr, subtask::server::Cluster) {
+    use subtask::runtime::{Runtime, RuntimeConfig};
+    use subtask::server::{ClusterConfig, Server, ServerConfig};
+    use subtask::store::{Membership, PostgresConfig, PostgresStore};
+    let lease = Duration::from_secs(1);
+    let cfg = PostgresConfig {
+        member: Some(Membership {
+            instance: uuid::Uuid::new_v4(),
+            lease,
+        }),
+        ..PostgresConfig::new(url)
+    };
+    let store = tokio::task::spawn_blocking(move || PostgresStore::open(cfg).unwrap())
+        .await
+        .unwrap();
+    let registration = store.registration().unwrap().clone();
+    let runtime = Runtime::with_store(RuntimeConfig::default(), std::sync::Arc::new(store));
+    let mut config = ServerConfig::default();
+    config.limits.max_live_tasks_per_principal = max_live;
+    let server = subtask::demo::register(Server::builder(runtime, config)).build();
+    server.recover().await.unwrap();
+    let cluster = server
+        .join_cluster(&registration, ClusterConfig::new(url, lease))
+        .unwrap();
+    (support::http::serve(server).await, cluster)
+}
+
+/// A principal's limit on live tasks holds across instances: the tasks it
+/// runs on one instance count on the other (once published, a third of a
+/// lease later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principals_live_task_limit_counts_every_instance() {
+    let url = tokio::task::spawn_blocking(support::pg::fresh_database)
+        .await
+        .unwrap();
+    let (a, _ca) = instance(&url, 3).await;
+    let (b, _cb) = instance(&url, 3).await;
+    let via_a = Client::new(a, full_caps());
+    let via_b = Client::new(b, full_caps());
+    let long = json!({"width": 1, "depth": 0, "steps": 1000, "stepMs": 30});
+    via_a.start_task("fanout", long.clone()).await;
+    via_a.start_task("fanout", long.clone()).await;
+    // B learns of A's two within a third of a lease (plus a look).
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    via_b.start_task("fanout", long.clone()).await;
+    let (_, e) = via_b
+        .error("tools/call", json!({"name": "fanout", "arguments": long}))
+        .await;
+    assert!(
+        e["message"].as_str().unwrap_or("").contains("live tasks"),
+        "a fourth live task across the two instances: {e}"
+    );
+}
