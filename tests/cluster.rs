@@ -295,7 +295,7 @@ async fn legacy(addr: std::net::SocketAddr, method: &str, params: Value) -> Valu
             .lines()
             .filter_map(|l| l.strip_prefix("data: "))
             .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-            .last()
+            .next_back()
             .expect("a message on the stream");
     }
     r.json()
