@@ -10,20 +10,26 @@
 //! (`synchronous_commit = on`, PostgreSQL's own group commit joins
 //! concurrent flushes); [`Durability::Relaxed`] sets it `off`.
 //!
-//! Schema (version 1), in the database's current schema:
-//! `subtask_tasks(seq, id, root, parent, position, version, state, owner,
-//! resumable, launch)`, one row per task, the tree's metadata on its root's
-//! row (as in SQLite), `id` the primary key, an index on `root` for
-//! deletion; `subtask_schema(version)` holds the schema version. Migrations
-//! run in one transaction under an advisory lock.
+//! Schema (version 2), in the database's current schema: `subtask_tasks`,
+//! one row per task, the tree's metadata and its holder on its root's row,
+//! `id` the primary key; `subtask_instances`, `subtask_inbox` and
+//! `subtask_live` for a cluster of instances; `subtask_schema(version)`
+//! (`docs/scale-out.md`, "Schema"). Migrations run in one transaction under
+//! an advisory lock.
 //!
-//! One process writes a database at a time: the store holds a session-level
-//! advisory lock from open to drop, and a second store on the same database
-//! is refused with [`StoreError::Locked`] (several instances on one database
-//! are the scale-out's, `docs/scale-out.md`).
+//! Two modes. Used directly, one process writes a database at a time: the
+//! store holds a session-level advisory lock from open to drop, and a
+//! second store on the same database is refused with
+//! [`StoreError::Locked`]. With [`PostgresConfig::member`] the store is one
+//! instance of a cluster (`crate::server::Cluster`, what `subtask serve`
+//! runs): no lock, every commit fenced by the instance's row, and [`load`]
+//! returns the trees this instance holds.
+//!
+//! [`load`]: TaskStore::load
 //!
 //! A broken connection (the server restarted, a network blip) does not fail
-//! the store: the writer reconnects (taking the writer lock again) and
+//! the store: the writer reconnects (taking the writer lock again in the
+//! single-writer mode) and
 //! commits the same group again, for up to
 //! [`PostgresConfig::reconnect_for`]; writers wait meanwhile. Only a
 //! failure that is not transient, or an outage longer than that, fails the
@@ -180,7 +186,9 @@ impl PostgresConfig {
 /// The PostgreSQL store (feature `postgres`): the store contract on a
 /// PostgreSQL database. One writer thread folds every batch queued
 /// meanwhile into one transaction (one `unnest` upsert, one delete); one
-/// process writes a database at a time (an advisory lock); a server restart
+/// process writes a database at a time (an advisory lock), or each of a
+/// cluster's instances writes the trees it holds ([`PostgresConfig::member`],
+/// fenced in every commit); a server restart
 /// or a dropped connection is waited out by reconnecting and committing the
 /// same group again, for up to [`PostgresConfig::reconnect_for`]. Schema,
 /// decisions and figures: `docs/scale-out.md`.
