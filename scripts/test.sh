@@ -30,8 +30,8 @@ pg_start
 echo "== cargo test"
 cargo test --all-features
 
-echo "== the in-process server tests again, on a PostgreSQL store (tests/support/store.rs)"
-SUBTASK_TEST_STORE=postgres cargo test --all-features --test server_http --test legacy_tasks
+echo "== the in-process server and client tests again, on a PostgreSQL store (tests/support/store.rs)"
+SUBTASK_TEST_STORE=postgres cargo test --all-features --test server_http --test legacy_tasks --test client
 
 echo "== feature combinations: runtime only, server without sqlite, client only, rmcp adapter"
 # A runtime-only user builds none of the server, client, store or CLI stacks.

@@ -16,7 +16,7 @@ use subtask::client::{
     TaskTree,
 };
 use subtask::model::{ErrorCode, ErrorObject, JsonObject, TaskId, TaskStatus};
-use subtask::runtime::{Runtime, RuntimeConfig, SubtaskOptions};
+use subtask::runtime::{RuntimeConfig, SubtaskOptions};
 use subtask::server::{Server, ServerConfig, TaskSupport, ToolCall, ToolOutcome, ToolSpec, text_result};
 use support::seed::Rng;
 use tokio::sync::watch;
@@ -47,7 +47,9 @@ fn text(result: &JsonObject) -> String {
 async fn start() -> Harness {
     let (released, _) = watch::channel(0usize);
     let finished = Arc::new(Mutex::new(Vec::new()));
-    let runtime = Runtime::new(RuntimeConfig {
+    // The store from SUBTASK_TEST_STORE (memory unless scripts/test.sh
+    // reruns this file on PostgreSQL).
+    let runtime = support::store::runtime(RuntimeConfig {
         default_poll_interval_ms: Some(20),
         ..RuntimeConfig::default()
     });

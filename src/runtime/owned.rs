@@ -174,6 +174,7 @@ impl Runtime {
     }
 
     /// The root of the tree holding `id`, if this runtime holds it.
+    #[cfg(feature = "postgres")]
     pub(crate) fn root_of_task(&self, id: TaskId) -> Option<TaskId> {
         Some(self.inner.tree_of(id)?.root)
     }
@@ -181,6 +182,7 @@ impl Runtime {
     /// Writes `op` (a receipt) in a batch of the tree `root`, in order with
     /// the tree's other batches; dropped when the runtime does not hold the
     /// tree or has no store.
+    #[cfg(feature = "postgres")]
     pub(crate) fn write_receipt(&self, root: TaskId, op: WriteOp) {
         if let Some(tree) = self.inner.tree_of(root) {
             self.inner.with_tree(&tree, |_, _, post| post.extra.push(op));

@@ -290,6 +290,7 @@ impl Owner {
     }
 
     /// Sets the live tasks this principal has on other cluster instances.
+    #[cfg(all(feature = "server", feature = "postgres"))]
     pub(crate) fn set_elsewhere(&self, n: usize) {
         self.elsewhere.store(n, Ordering::Relaxed);
     }

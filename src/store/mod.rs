@@ -52,7 +52,7 @@ use serde_json::Value;
 use std::task::{Poll, Waker};
 
 pub use memory::MemoryStore;
-#[cfg(feature = "postgres")]
+#[cfg(all(feature = "postgres", feature = "server"))]
 pub(crate) use postgres::trees_of_rows as postgres_trees;
 #[cfg(feature = "postgres")]
 pub use postgres::{Membership, PG_SCHEMA_VERSION, PostgresConfig, PostgresStore, Registration};
