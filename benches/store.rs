@@ -15,6 +15,14 @@
 //! binaries; without binaries those figures are skipped, with the reason
 //! printed.
 //!
+//! On the same PostgreSQL, two cluster instances (as `subtask serve --db
+//! postgres://…` runs them): `pg_get_nonowner_p99`, the latency of
+//! `tasks/get` answered by an instance that does not hold the tree (from
+//! the stored rows), with 100,000 tasks in the database, two instances in
+//! this process; and `takeover_ms`, from SIGKILL of the real binary holding
+//! a running tree to the first `tasks/get` the other instance answers with
+//! its recovery of that tree, with the default lease.
+//!
 //! Prints one line per figure; context lines start with `#`. Run with
 //! `cargo bench --bench store`.
 
@@ -41,6 +49,11 @@ mod pg;
 #[cfg(feature = "postgres")]
 #[path = "../tests/support/pg_server.rs"]
 mod pg_server;
+/// The seeded generator of the tests (fixed seeds here: every run gets
+/// the same ids).
+#[cfg(all(feature = "postgres", feature = "demo"))]
+#[path = "../tests/support/seed.rs"]
+mod seed;
 
 fn bench_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-store");
@@ -271,7 +284,7 @@ impl Pg {
 /// Grouped and one-commit-per-create rounds on PostgreSQL, alternating.
 #[cfg(feature = "postgres")]
 fn postgres_figures(scale: usize) {
-    use subtask::store::{PostgresConfig, PostgresStore};
+    use subtask::store::{Membership, PostgresConfig, PostgresStore};
     let pg = match std::env::var("SUBTASK_TEST_PG") {
         Ok(_) => Pg::External,
         Err(_) => match pg_server::PgServer::start() {
@@ -286,16 +299,23 @@ fn postgres_figures(scale: usize) {
         let url = pg
             .database(name)
             .unwrap_or_else(|e| panic!("create database {name}: {e}"));
+        // As `subtask serve` opens it: a cluster member, every commit
+        // fenced by its instance row and notifying its trees.
         Arc::new(
             PostgresStore::open(PostgresConfig {
                 max_batches_per_commit: max,
+                member: Some(Membership {
+                    instance: uuid::Uuid::new_v4(),
+                    lease: std::time::Duration::from_secs(60),
+                }),
                 ..PostgresConfig::new(url)
             })
             .unwrap_or_else(|e| panic!("open {name}: {e}")),
         )
     };
     println!(
-        "# postgres: {} on this machine, synchronous_commit=on, the same {CREATORS} creators",
+        "# postgres: {} on this machine, synchronous_commit=on, the same {CREATORS} creators; \
+         the store as a cluster member (fenced commits), as `subtask serve` runs it",
         match &pg {
             Pg::Own(_) => "a server the bench started",
             Pg::External => "SUBTASK_TEST_PG's server",
@@ -322,7 +342,568 @@ fn postgres_figures(scale: usize) {
             "pg_group_commit_ratio",
         ],
     );
-    println!(
-        "# not yet measured (the multi-instance part of the scale-out): pg_get_nonowner_p99, takeover_ms"
-    );
+    #[cfg(feature = "demo")]
+    nonowner::figure(&pg);
+    #[cfg(not(feature = "demo"))]
+    println!("# pg_get_nonowner_p99 skipped: it needs the demo tools (feature `demo`)");
+    #[cfg(feature = "cli")]
+    takeover::figure(&pg);
+    #[cfg(not(feature = "cli"))]
+    println!("# takeover_ms skipped: it needs the subtask binary (feature `cli`)");
+}
+
+/// A request body as a 2026-07-28 client with the tasks extension (steer
+/// and pause) sends it.
+#[cfg(all(feature = "postgres", feature = "demo"))]
+fn request_body(id: u64, method: &str, mut params: serde_json::Value) -> Vec<u8> {
+    params["_meta"] = serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities":
+            {"extensions": {"io.modelcontextprotocol/tasks": {"steer": true, "pause": true}}},
+        "io.modelcontextprotocol/clientInfo": {"name": "subtask-bench", "version": "0"},
+    });
+    serde_json::to_vec(&serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+        .expect("a request serializes")
+}
+
+/// `pg_get_nonowner_p99`: `tasks/get` answered by an instance that does
+/// not hold the tree (it reads the stored row and its children's ids),
+/// with 100,000 tasks in the database; and the same gets answered by the
+/// holder from memory, for comparison.
+#[cfg(all(feature = "postgres", feature = "demo"))]
+mod nonowner {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    use serde_json::{Value, json};
+    use subtask::model::{ClientView, TaskId, TaskStatus};
+    use subtask::runtime::{Runtime, RuntimeConfig};
+    use subtask::server::{
+        Cluster, ClusterConfig, Incoming, Principal, Reply, RequestHeaders, Server, ServerConfig,
+    };
+    use subtask::store::{Membership, PostgresConfig, PostgresStore};
+
+    use super::seed::Rng;
+    use super::{Pg, percentile, request_body};
+
+    /// Tasks the database holds at least while the gets are measured.
+    const STORED: usize = 100_000;
+    /// Each tree: `fanout` with 21 children per node, 3 levels deep
+    /// (1 + 21 + 441 + 9,261 = 9,724 tasks, under the tool's 10,000 and the
+    /// principal's 10,000 live tasks), no steps: it completes at once.
+    const WIDTH: u64 = 21;
+    const DEPTH: u64 = 3;
+    const LOOPS: usize = 4;
+    const WARMUP: Duration = Duration::from_secs(1);
+    const MEASURE: Duration = Duration::from_secs(3);
+    /// The default lease of `subtask serve`.
+    const LEASE: Duration = Duration::from_secs(5);
+
+    /// One in-process cluster instance, as `subtask serve --db postgres://…` builds it.
+    struct Instance {
+        server: Server,
+        runtime: Runtime,
+        cluster: Cluster,
+    }
+
+    async fn instance(url: &str) -> Instance {
+        let config = PostgresConfig {
+            member: Some(Membership {
+                instance: uuid::Uuid::new_v4(),
+                lease: LEASE,
+            }),
+            ..PostgresConfig::new(url)
+        };
+        let store = tokio::task::spawn_blocking(move || PostgresStore::open(config))
+            .await
+            .expect("open the store")
+            .unwrap_or_else(|e| panic!("open the PostgreSQL store: {e}"));
+        let registration = store
+            .registration()
+            .cloned()
+            .expect("a cluster member is registered");
+        let runtime = Runtime::with_store(RuntimeConfig::default(), Arc::new(store));
+        runtime.set_lease(registration.gate.clone());
+        let server =
+            subtask::demo::register(Server::builder(runtime.clone(), ServerConfig::default())).build();
+        server.recover().await.expect("recover");
+        let cluster = server
+            .join_cluster(&registration, ClusterConfig::new(url, LEASE))
+            .expect("join the cluster");
+        Instance {
+            server,
+            runtime,
+            cluster,
+        }
+    }
+
+    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+    /// A request as the HTTP layer hands it over: body, headers, principal.
+    fn incoming<'a>(body: &'a [u8], method: &str, name: &str) -> Incoming<'a> {
+        Incoming {
+            body,
+            headers: Some(RequestHeaders {
+                protocol_version: Some("2026-07-28".to_owned()),
+                method: Some(method.to_owned()),
+                name: Some(name.to_owned()),
+            }),
+            principal: Principal::anonymous(),
+        }
+    }
+
+    /// The `result` of a request, or the whole answer when it is not one.
+    async fn call(server: &Server, method: &str, name: &str, params: Value) -> Result<Value, String> {
+        let body = request_body(NEXT_ID.fetch_add(1, Ordering::Relaxed), method, params);
+        match server.handle(incoming(&body, method, name)).await {
+            Reply::Message { status: 200, body } => {
+                let mut v: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+                match v.get_mut("result") {
+                    Some(r) => Ok(r.take()),
+                    None => Err(body),
+                }
+            }
+            other => Err(format!("{other:?}")),
+        }
+    }
+
+    /// Fills the database through A's `tools/call fanout`, one tree at a
+    /// time (each ends before the next starts: the principal's live-task
+    /// limit); returns the number of trees.
+    async fn populate(a: &Instance) -> usize {
+        let per_tree = subtask::demo::fanout::node_count(WIDTH, DEPTH) as usize;
+        let trees = STORED.div_ceil(per_tree);
+        for _ in 0..trees {
+            let r = call(
+                &a.server,
+                "tools/call",
+                "fanout",
+                json!({"name": "fanout", "arguments":
+                    {"width": WIDTH, "depth": DEPTH, "steps": 0, "stepMs": 0, "ttlMs": 86_400_000}}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("tools/call fanout on A: {e}"));
+            assert_eq!(r["resultType"], "task", "fanout did not create a task: {r}");
+            let root: TaskId = r["taskId"]
+                .as_str()
+                .expect("a taskId")
+                .parse()
+                .expect("a task id");
+            let done = a
+                .runtime
+                .wait(root, ClientView::PAUSE_AWARE)
+                .await
+                .expect("the tree's root");
+            assert_eq!(
+                done.status(),
+                TaskStatus::Completed,
+                "the fanout tree ended {done:?}"
+            );
+            a.runtime.flushed(root).await.expect("the tree is durable");
+        }
+        trees
+    }
+
+    /// Every stored task id, and how many trees another instance than
+    /// `holder` holds (must be none).
+    fn stored_ids(url: &str, holder: uuid::Uuid) -> (Vec<String>, i64) {
+        let mut c = postgres::Client::connect(url, postgres::NoTls).expect("connect to the bench database");
+        let ids = c
+            .query("SELECT id FROM subtask_tasks", &[])
+            .expect("list the stored tasks")
+            .iter()
+            .map(|r| TaskId::from_u128(r.get::<_, uuid::Uuid>(0).as_u128()).to_string())
+            .collect();
+        let foreign: i64 = c
+            .query_one(
+                "SELECT count(*) FROM subtask_tasks WHERE parent IS NULL AND holder IS DISTINCT FROM $1",
+                &[&holder],
+            )
+            .expect("count the trees")
+            .get(0);
+        (ids, foreign)
+    }
+
+    /// `tasks/get` of random stored ids through `server`, by 4 loops, for
+    /// `run`; the latencies in µs. Every answer must be the task.
+    async fn gets(
+        server: &Server,
+        who: &'static str,
+        ids: Arc<Vec<String>>,
+        seed: u64,
+        run: Duration,
+    ) -> Vec<f64> {
+        let until = Instant::now() + run;
+        let mut loops = Vec::new();
+        for l in 0..LOOPS {
+            let server = server.clone();
+            let ids = ids.clone();
+            loops.push(tokio::spawn(async move {
+                let mut rng = Rng::new(seed.wrapping_add(l as u64));
+                let mut lat = Vec::new();
+                while Instant::now() < until {
+                    let id = &ids[rng.below(ids.len())];
+                    let body = request_body(
+                        NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                        "tasks/get",
+                        json!({"taskId": id}),
+                    );
+                    let t0 = Instant::now();
+                    let reply = server.handle(incoming(&body, "tasks/get", id)).await;
+                    lat.push(t0.elapsed().as_secs_f64() * 1e6);
+                    let Reply::Message { status: 200, body } = &reply else {
+                        panic!("{who}: tasks/get {id} answered {reply:?}");
+                    };
+                    let v: Value = serde_json::from_str(body).expect("a JSON answer");
+                    let task = &v["result"];
+                    assert!(
+                        task["status"].is_string() && task["taskId"] == id.as_str(),
+                        "{who}: tasks/get of the stored task {id} did not answer the task: {body}"
+                    );
+                }
+                lat
+            }));
+        }
+        let mut all = Vec::new();
+        for l in loops {
+            all.extend(l.await.expect("a get loop"));
+        }
+        all
+    }
+
+    pub(super) fn figure(pg: &Pg) {
+        let url = pg
+            .database("bench_pg_nonowner")
+            .unwrap_or_else(|e| panic!("create database bench_pg_nonowner: {e}"));
+        let tokio = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        tokio.block_on(async {
+            let a = instance(&url).await;
+            let started = Instant::now();
+            let trees = populate(&a).await;
+            let populated = started.elapsed();
+            let held = a.runtime.task_count();
+            let (u, a_id) = (url.clone(), a.cluster.instance());
+            let (ids, foreign) = tokio::task::spawn_blocking(move || stored_ids(&u, a_id))
+                .await
+                .expect("list the stored tasks");
+            assert_eq!(foreign, 0, "every tree is held by A");
+            assert_eq!(ids.len(), held, "A holds every stored task");
+            assert!(ids.len() >= STORED, "{} tasks stored", ids.len());
+            // B starts on the filled database: it holds none of it.
+            let b = instance(&url).await;
+            assert_eq!(b.runtime.task_count(), 0, "B holds no stored tree");
+            println!(
+                "# pg non-owner get: {} tasks stored ({trees} fanout trees of {} tasks, width {WIDTH} depth {DEPTH}, \
+                 created through A's tools/call) in {:.1} s; tasks/get of random ids through Server::handle, \
+                 {LOOPS} loops, {} s each after a {} s warm-up",
+                ids.len(),
+                subtask::demo::fanout::node_count(WIDTH, DEPTH),
+                populated.as_secs_f64(),
+                MEASURE.as_secs(),
+                WARMUP.as_secs(),
+            );
+            let ids = Arc::new(ids);
+            let _ = gets(&b.server, "B", ids.clone(), 1, WARMUP).await;
+            let _ = gets(&a.server, "A", ids.clone(), 2, WARMUP).await;
+            let mut nonowner = gets(&b.server, "B", ids.clone(), 3, MEASURE).await;
+            let mut owner = gets(&a.server, "A", ids.clone(), 3, MEASURE).await;
+            for (label, lat) in [
+                ("B, the non-owner (stored row + children's ids)", &mut nonowner),
+                ("A, the holder (from memory)", &mut owner),
+            ] {
+                println!(
+                    "# {label}: {} gets ({:.0}/s), p50 {:.0} µs, p99 {:.0} µs",
+                    lat.len(),
+                    lat.len() as f64 / MEASURE.as_secs_f64(),
+                    percentile(lat, 0.50),
+                    percentile(lat, 0.99),
+                );
+            }
+            println!("pg_get_nonowner_p99: subtask={:.0}", percentile(&mut nonowner, 0.99));
+            // B first: it holds nothing, and is gone before A's trees are free.
+            b.cluster.leave().await;
+            a.cluster.leave().await;
+        });
+        drop(tokio);
+    }
+}
+
+/// `takeover_ms`: the real binary twice on one database with the default
+/// lease; the holder of a running `fanout` is SIGKILLed, and the other
+/// instance is asked for a child every 5 ms until it answers with its own
+/// recovery (the child failed with `server_restarted`, which only the
+/// instance that took the tree over writes).
+#[cfg(feature = "cli")]
+mod takeover {
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpStream};
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use serde_json::{Value, json};
+
+    use super::{Pg, bench_dir, median};
+
+    const ROUNDS: usize = 3;
+    const POLL: Duration = Duration::from_millis(5);
+    /// `subtask serve`'s default lease (the instances run with it).
+    const LEASE_MS: f64 = 5000.0;
+    /// How often an instance looks for expired leases with the default
+    /// lease (`src/server/cluster.rs`: a tenth of the lease).
+    const SCAN: Duration = Duration::from_millis(500);
+
+    /// Round `i`'s delay between B's start and A's: the middles of
+    /// `ROUNDS` equal slices of B's scan period.
+    fn offset(i: usize) -> Duration {
+        SCAN * (2 * i as u32 + 1) / (2 * ROUNDS as u32)
+    }
+
+    /// A `subtask serve` child process, SIGKILLed and reaped when dropped
+    /// (also when the bench panics).
+    struct Serve {
+        child: Child,
+        addr: SocketAddr,
+        log: PathBuf,
+    }
+
+    impl Drop for Serve {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    impl Serve {
+        /// Starts `subtask serve --db <db> --listen 127.0.0.1:0 --instance-id <id>`
+        /// with its log in `log`, and waits until it listens.
+        fn start(db: &str, instance: uuid::Uuid, log: &Path) -> Serve {
+            let out = std::fs::File::create(log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
+            let err = out.try_clone().expect("clone the log file");
+            let child = Command::new(env!("CARGO_BIN_EXE_subtask"))
+                .args(["serve", "--db", db, "--listen", "127.0.0.1:0", "--instance-id"])
+                .arg(instance.to_string())
+                .env("RUST_LOG", "info")
+                .env("NO_COLOR", "1")
+                .stdin(Stdio::null())
+                .stdout(out)
+                .stderr(err)
+                .spawn()
+                .expect("start the subtask binary");
+            let mut serve = Serve {
+                child,
+                addr: "127.0.0.1:0".parse().expect("an address"),
+                log: log.to_owned(),
+            };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                if let Some(addr) = text
+                    .split_once("listening on http://")
+                    .and_then(|(_, rest)| rest.split_once("/mcp"))
+                    .and_then(|(addr, _)| addr.parse().ok())
+                {
+                    serve.addr = addr;
+                    return serve;
+                }
+                if let Ok(Some(status)) = serve.child.try_wait() {
+                    panic!("subtask serve exited ({status}) before listening:\n{text}");
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "subtask serve did not listen within 30 s:\n{text}"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+
+        /// One request over a fresh connection; the `result`, or why not.
+        fn call(&self, method: &str, name: &str, params: Value) -> Result<Value, String> {
+            let body = super::request_body(1, method, params);
+            let mut s =
+                TcpStream::connect_timeout(&self.addr, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+            s.set_read_timeout(Some(Duration::from_secs(10)))
+                .map_err(|e| e.to_string())?;
+            let head = format!(
+                "POST /mcp HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\n\
+                 Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+                 Mcp-Method: {method}\r\nMcp-Name: {name}\r\nContent-Length: {}\r\n\r\n",
+                self.addr,
+                body.len()
+            );
+            s.write_all(head.as_bytes()).map_err(|e| e.to_string())?;
+            s.write_all(&body).map_err(|e| e.to_string())?;
+            let mut buf = Vec::new();
+            s.read_to_end(&mut buf).map_err(|e| e.to_string())?;
+            let text = String::from_utf8_lossy(&buf);
+            let (head, body) = text
+                .split_once("\r\n\r\n")
+                .ok_or_else(|| format!("no response: {text}"))?;
+            let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+                dechunk(body)
+            } else {
+                body.to_owned()
+            };
+            let mut v: Value =
+                serde_json::from_str(&body).map_err(|e| format!("{e}: {head}\r\n\r\n{body}"))?;
+            match v.get_mut("result") {
+                Some(r) => Ok(r.take()),
+                None => Err(body),
+            }
+        }
+
+        /// Polls `tasks/get` of `task` until `pred` holds (20 s at most).
+        fn until(&self, task: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let got = self.call("tasks/get", task, json!({"taskId": task}));
+                if let Ok(t) = &got
+                    && pred(t)
+                {
+                    return t.clone();
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{what}: task {task} is {got:?} after 20 s (log {})",
+                    self.log.display()
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
+    fn dechunk(mut s: &str) -> String {
+        let mut out = String::new();
+        while let Some((size, rest)) = s.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 || rest.len() < n {
+                break;
+            }
+            out.push_str(&rest[..n]);
+            s = rest[n..].trim_start_matches("\r\n");
+        }
+        out
+    }
+
+    fn children(t: &Value) -> Vec<String> {
+        t["childTaskIds"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default()
+    }
+
+    /// How long `instance`'s lease still runs by the database's clock, in ms.
+    fn lease_left_ms(db: &str, instance: uuid::Uuid) -> f64 {
+        let mut c = postgres::Client::connect(db, postgres::NoTls).expect("connect to the bench database");
+        c.query_one(
+            "SELECT (extract(epoch FROM lease_until - clock_timestamp()) * 1000)::float8
+             FROM subtask_instances WHERE id = $1",
+            &[&instance],
+        )
+        .expect("A's lease")
+        .get(0)
+    }
+
+    struct Round {
+        ms: f64,
+        lease_left_ms: f64,
+        polls: usize,
+        errors: usize,
+    }
+
+    fn round(pg: &Pg, i: usize) -> Round {
+        let db = pg
+            .database(&format!("bench_pg_takeover_{i}"))
+            .unwrap_or_else(|e| panic!("create database bench_pg_takeover_{i}: {e}"));
+        let (a_id, b_id) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        let dir = bench_dir();
+        let b = Serve::start(&db, b_id, &dir.join(format!("takeover-{i}-b.log")));
+        // A's lease expires about its start plus the lease (it is killed
+        // before its first renewal after that); B looks for expired leases
+        // every SCAN from its own start. Starting A `offset` after B puts
+        // the expiry at a different point of B's scan period in each round.
+        std::thread::sleep(offset(i));
+        let mut a = Serve::start(&db, a_id, &dir.join(format!("takeover-{i}-a.log")));
+        let r = a
+            .call(
+                "tools/call",
+                "fanout",
+                json!({"name": "fanout", "arguments": {"width": 2, "depth": 1, "steps": 1000, "stepMs": 10}}),
+            )
+            .unwrap_or_else(|e| panic!("tools/call fanout on A: {e}"));
+        assert_eq!(r["resultType"], "task", "fanout did not create a task: {r}");
+        let root = r["taskId"].as_str().expect("a taskId").to_owned();
+        let kids = children(&a.until(&root, "A lists the children", |t| children(t).len() == 2));
+        let child = &kids[0];
+        // B reads it from the database before the kill: running, held by A.
+        b.until(child, "B sees A's child", |t| t["status"] == "working");
+        let lease_left_ms = lease_left_ms(&db, a_id);
+        let killed = Instant::now();
+        a.child.kill().expect("SIGKILL A");
+        let (mut polls, mut errors) = (0, 0);
+        let ms = loop {
+            let got = b.call("tasks/get", child, json!({"taskId": child}));
+            polls += 1;
+            match got {
+                Ok(t) if t["status"] == "failed" && t["error"]["data"]["reason"] == "server_restarted" => {
+                    break killed.elapsed().as_secs_f64() * 1000.0;
+                }
+                Ok(t) => assert!(
+                    t["status"] == "working",
+                    "B answered an unexpected state for A's child after the kill: {t}"
+                ),
+                Err(_) => errors += 1,
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(30),
+                "B did not take the tree over within 30 s of the kill (log {})",
+                b.log.display()
+            );
+            std::thread::sleep(POLL);
+        };
+        let _ = a.child.wait();
+        drop(b);
+        Round {
+            ms,
+            lease_left_ms,
+            polls,
+            errors,
+        }
+    }
+
+    pub(super) fn figure(pg: &Pg) {
+        println!(
+            "# takeover: two `subtask serve --db postgres://…` (default lease {LEASE_MS:.0} ms), fanout \
+             {{width 2, depth 1, steps 1000, stepMs 10}} on A, SIGKILL A as soon as B reads the running \
+             child (A's lease nearly whole: the longest wait for it), tasks/get of that child on B every \
+             {} ms until it is failed with server_restarted; a fresh database per round, A started \
+             {} ms after B so that its lease expires at a different point of B's {} ms scan period",
+            POLL.as_millis(),
+            (0..ROUNDS)
+                .map(|i| offset(i).as_millis().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            SCAN.as_millis(),
+        );
+        let mut ms = Vec::new();
+        for i in 0..ROUNDS {
+            let r = round(pg, i);
+            println!(
+                "# takeover round {i}: {:.0} ms (A's lease had {:.0} ms left at the kill: {:.0} ms after it \
+                 expired); {} gets, {} failed",
+                r.ms,
+                r.lease_left_ms,
+                r.ms - r.lease_left_ms,
+                r.polls,
+                r.errors
+            );
+            ms.push(r.ms);
+        }
+        println!("takeover_ms: subtask={:.0}", median(ms));
+    }
 }

@@ -100,7 +100,7 @@ pub(crate) struct Node {
     pg: postgres::Config,
     /// Idle connections for reads and inbox traffic (blocking; used from
     /// `spawn_blocking`).
-    pool: Mutex<Vec<Client>>,
+    pool: Mutex<Vec<Conn>>,
     /// Commands this instance passed on, by inbox seq: woken when an
     /// answer is notified.
     answers: Mutex<HashMap<i64, Arc<Notify>>>,
@@ -112,6 +112,38 @@ pub(crate) struct Node {
     lost: Notify,
     is_lost: AtomicBool,
     stopped: AtomicBool,
+}
+
+/// A pooled connection and the statements prepared on it (a query run
+/// often is planned once per connection, not at every call).
+pub(crate) struct Conn {
+    client: Client,
+    prepared: HashMap<&'static str, postgres::Statement>,
+}
+
+impl Conn {
+    /// `sql`, prepared on this connection once.
+    fn statement(&mut self, sql: &'static str) -> Result<postgres::Statement, postgres::Error> {
+        if let Some(s) = self.prepared.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.client.prepare(sql)?;
+        self.prepared.insert(sql, s.clone());
+        Ok(s)
+    }
+}
+
+impl std::ops::Deref for Conn {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl std::ops::DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
 }
 
 fn pg_err(e: impl std::fmt::Display) -> StoreError {
@@ -292,18 +324,21 @@ impl Node {
     /// Runs `f` on a pooled connection (blocking).
     fn with_client<R>(
         &self,
-        f: impl FnOnce(&mut Client) -> Result<R, postgres::Error>,
+        f: impl FnOnce(&mut Conn) -> Result<R, postgres::Error>,
     ) -> Result<R, StoreError> {
         let pooled = self.pool.lock().pop();
-        let mut client = match pooled {
-            Some(c) if !c.is_closed() => c,
-            _ => self.connect()?,
+        let mut conn = match pooled {
+            Some(c) if !c.client.is_closed() => c,
+            _ => Conn {
+                client: self.connect()?,
+                prepared: HashMap::new(),
+            },
         };
-        let r = f(&mut client);
-        if !client.is_closed() {
+        let r = f(&mut conn);
+        if !conn.client.is_closed() {
             let mut pool = self.pool.lock();
             if pool.len() < 16 {
-                pool.push(client);
+                pool.push(conn);
             }
         }
         r.map_err(pg_err)
@@ -312,7 +347,7 @@ impl Node {
     /// [`Node::with_client`] off the async threads.
     async fn blocking<R: Send + 'static>(
         self: &Arc<Self>,
-        f: impl FnOnce(&mut Client) -> Result<R, postgres::Error> + Send + 'static,
+        f: impl FnOnce(&mut Conn) -> Result<R, postgres::Error> + Send + 'static,
     ) -> Result<R, StoreError> {
         let node = self.clone();
         tokio::task::spawn_blocking(move || node.with_client(f))
@@ -332,13 +367,13 @@ impl Node {
         let principal = principal.to_owned();
         let row = self
             .blocking(move |c| {
-                c.query_opt(
+                let st = c.statement(
                     "SELECT t.root, t.parent, t.position, t.state, r.owner,
                             ARRAY(SELECT k.id FROM subtask_tasks k WHERE k.parent = t.id ORDER BY k.position)
                      FROM subtask_tasks t JOIN subtask_tasks r ON r.id = t.root
                      WHERE t.id = $1",
-                    &[&uuid_of(id)],
-                )
+                )?;
+                c.query_opt(&st, &[&uuid_of(id)])
             })
             .await?;
         let Some(row) = row else { return Ok(None) };
@@ -377,12 +412,17 @@ impl Node {
         let text = serde_json::to_string(&command).expect("commands serialize");
         let seq = self
             .blocking(move |c| {
-                let mut tx = c.transaction()?;
-                let Some(row) = tx.query_opt(
+                let lookup = c.statement(
                     "SELECT t.root, r.owner, r.holder FROM subtask_tasks t JOIN subtask_tasks r ON r.id = t.root
                      WHERE t.id = $1",
-                    &[&uuid_of(id)],
-                )?
+                )?;
+                let insert = c.statement(
+                    "INSERT INTO subtask_inbox (root, task, principal, command, from_instance)
+                     VALUES ($1, $2, $3, $4::text::jsonb, $5) RETURNING seq",
+                )?;
+                let notify = c.statement("SELECT pg_notify('subtask_inbox', $1)")?;
+                let mut tx = c.transaction()?;
+                let Some(row) = tx.query_opt(&lookup, &[&uuid_of(id)])?
                 else {
                     return Ok(None);
                 };
@@ -393,14 +433,10 @@ impl Node {
                     return Ok(None);
                 }
                 let seq: i64 = tx
-                    .query_one(
-                        "INSERT INTO subtask_inbox (root, task, principal, command, from_instance)
-                         VALUES ($1, $2, $3, $4::text::jsonb, $5) RETURNING seq",
-                        &[&root, &uuid_of(id), &principal, &text, &me],
-                    )?
+                    .query_one(&insert, &[&root, &uuid_of(id), &principal, &text, &me])?
                     .get(0);
                 let holder = holder.map(|h| h.to_string()).unwrap_or_default();
-                tx.execute("SELECT pg_notify('subtask_inbox', $1)", &[&holder])?;
+                tx.execute(&notify, &[&holder])?;
                 tx.commit()?;
                 Ok(Some((seq, root)))
             })
@@ -432,10 +468,10 @@ impl Node {
             let _ = tokio::time::timeout(Duration::from_millis(200), woken.notified()).await;
             let answer = self
                 .blocking(move |c| {
-                    let row = c.query_opt(
+                    let st = c.statement(
                         "DELETE FROM subtask_inbox WHERE seq = $1 AND answer IS NOT NULL RETURNING answer::text",
-                        &[&seq],
                     )?;
+                    let row = c.query_opt(&st, &[&seq])?;
                     if let Some(row) = row {
                         return Ok(Some(row.get::<_, String>(0)));
                     }
