@@ -36,6 +36,7 @@
 //! group's tickets and every later one, as the store contract says: the
 //! store keeps no state it cannot write.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -434,11 +435,12 @@ fn transient(e: &postgres::Error) -> bool {
 /// to repeat.
 fn commit_retrying(
     client: &mut Client,
+    statements: &mut Statements,
     session: &Session,
     group: &[(u64, WriteBatch)],
 ) -> Result<(), StoreError> {
     let fence = session.fence.as_ref();
-    let mut failure = match commit(client, group, fence) {
+    let mut failure = match commit(client, statements, group, fence) {
         Ok(()) => return Ok(()),
         Err(CommitError::Pg(e)) if transient(&e) => e.to_string(),
         Err(e) => return Err(e.into_store(fence)),
@@ -450,7 +452,10 @@ fn commit_retrying(
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_secs(1));
         match session.connect() {
-            Ok(fresh) => *client = fresh,
+            Ok(fresh) => {
+                *client = fresh;
+                *statements = Statements::default();
+            }
             // Another process took the database while we were away: ours is
             // no longer the writer; going on would corrupt its trees.
             Err(e @ StoreError::Locked(_)) => return Err(e),
@@ -459,7 +464,7 @@ fn commit_retrying(
                 continue;
             }
         }
-        match commit(client, group, fence) {
+        match commit(client, statements, group, fence) {
             Ok(()) => {
                 tracing::info!("reconnected to PostgreSQL; writes go on");
                 return Ok(());
@@ -626,22 +631,66 @@ impl CommitError {
 /// is 8000 bytes).
 const NOTIFY_CHUNK: usize = 150;
 
+/// The writer's statements, prepared once per connection (each is then one
+/// round trip instead of two, and planned once).
+#[derive(Default)]
+struct Statements(HashMap<&'static str, postgres::Statement>);
+
+impl Statements {
+    fn get(
+        &mut self,
+        tx: &mut postgres::Transaction<'_>,
+        sql: &'static str,
+    ) -> Result<postgres::Statement, postgres::Error> {
+        if let Some(s) = self.0.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = tx.prepare(sql)?;
+        self.0.insert(sql, s.clone());
+        Ok(s)
+    }
+}
+
+/// `NOTIFY` payloads: ids joined by commas.
+fn payloads<T: ToString>(items: &[T]) -> Vec<String> {
+    items
+        .chunks(NOTIFY_CHUNK)
+        .map(|c| c.iter().map(ToString::to_string).collect::<Vec<_>>().join(","))
+        .collect()
+}
+
 fn commit(
     client: &mut Client,
+    statements: &mut Statements,
     group: &[(u64, WriteBatch)],
     fence: Option<&Registration>,
 ) -> Result<(), CommitError> {
     let f = fold(group);
     let mut tx = client.transaction()?;
+    // Instances following these trees for their subscribers re-read them
+    // (notifications are delivered at commit, with the change).
+    let mut changed = if fence.is_some() {
+        payloads(&f.roots)
+    } else {
+        Vec::new()
+    };
     if let Some(fence) = fence {
         // Fencing: a share lock on this instance's row, held to the commit.
         // A takeover revokes the row first (its update waits for this
         // transaction), so a fenced write lands before the takeover reads
-        // the tree, or not at all.
-        let alive = tx.query_opt(
-            "SELECT 1 FROM subtask_instances WHERE id = $1 AND epoch = $2 AND NOT revoked FOR SHARE",
-            &[&fence.instance, &fence.epoch],
+        // the tree, or not at all. The first change notification rides on
+        // the same statement.
+        let st = statements.get(
+            &mut tx,
+            "SELECT pg_notify('subtask_changed', $3) FROM subtask_instances
+             WHERE id = $1 AND epoch = $2 AND NOT revoked FOR SHARE",
         )?;
+        let first = if changed.is_empty() {
+            String::new()
+        } else {
+            changed.remove(0)
+        };
+        let alive = tx.query_opt(&st, &[&fence.instance, &fence.epoch, &first])?;
         if alive.is_none() {
             return Err(CommitError::Fenced);
         }
@@ -650,7 +699,8 @@ fn commit(
     // over by the first cluster instance on this database).
     let holder = fence.map_or(uuid::Uuid::nil(), |f| f.instance);
     if !f.deleted.is_empty() {
-        tx.execute("DELETE FROM subtask_tasks WHERE root = ANY($1)", &[&f.deleted])?;
+        let st = statements.get(&mut tx, "DELETE FROM subtask_tasks WHERE root = ANY($1)")?;
+        tx.execute(&st, &[&f.deleted])?;
     }
     if !f.tasks.is_empty() {
         let n = f.tasks.len();
@@ -688,7 +738,8 @@ fn commit(
         // is set exactly when a record carries it).
         // A cluster member records itself as the holder of the trees it
         // writes (on root rows; it only ever writes trees it holds).
-        tx.execute(
+        let st = statements.get(
+            &mut tx,
             "INSERT INTO subtask_tasks (id, root, parent, position, version, state, owner, resumable, launch, holder)
              SELECT id, root, parent, position, version, state, owner, resumable, launch,
                     CASE WHEN parent IS NULL THEN $10::uuid END
@@ -700,37 +751,32 @@ fn commit(
                  resumable = COALESCE(EXCLUDED.resumable, subtask_tasks.resumable),
                  launch = CASE WHEN EXCLUDED.resumable IS NULL THEN subtask_tasks.launch ELSE EXCLUDED.launch END,
                  holder = CASE WHEN subtask_tasks.parent IS NULL THEN EXCLUDED.holder END",
+        )?;
+        tx.execute(
+            &st,
             &[
                 &id, &root, &parent, &position, &version, &state, &owner, &resumable, &launch, &holder,
             ],
         )?;
     }
+    let notify = "SELECT pg_notify($1, $2)";
     if !f.receipts.is_empty() {
         let (seqs, answers): (Vec<i64>, Vec<&str>) = f.receipts.iter().map(|(q, a)| (*q, a.as_str())).unzip();
-        tx.execute(
+        let st = statements.get(
+            &mut tx,
             "UPDATE subtask_inbox i SET answer = u.answer::jsonb
              FROM unnest($1::bigint[], $2::text[]) AS u(seq, answer) WHERE i.seq = u.seq",
-            &[&seqs, &answers],
         )?;
-        for chunk in seqs.chunks(NOTIFY_CHUNK) {
-            let payload = chunk
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(",");
-            tx.execute("SELECT pg_notify('subtask_answer', $1)", &[&payload])?;
+        tx.execute(&st, &[&seqs, &answers])?;
+        let st = statements.get(&mut tx, notify)?;
+        for payload in payloads(&seqs) {
+            tx.execute(&st, &[&"subtask_answer", &payload])?;
         }
     }
-    if fence.is_some() {
-        // Instances following these trees for their subscribers re-read
-        // them (delivered at commit, with the change).
-        for chunk in f.roots.chunks(NOTIFY_CHUNK) {
-            let payload = chunk
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(",");
-            tx.execute("SELECT pg_notify('subtask_changed', $1)", &[&payload])?;
+    if !changed.is_empty() {
+        let st = statements.get(&mut tx, notify)?;
+        for payload in changed {
+            tx.execute(&st, &[&"subtask_changed", &payload])?;
         }
     }
     tx.commit()?;
@@ -739,6 +785,7 @@ fn commit(
 
 fn writer_loop(mut client: Client, session: &Session, shared: &WriteQueue<Client>, max: usize) {
     let mut group: Vec<(u64, WriteBatch)> = Vec::new();
+    let mut statements = Statements::default();
     let mut failed = false;
     loop {
         let read = match shared.next(&mut group, max) {
@@ -753,6 +800,7 @@ fn writer_loop(mut client: Client, session: &Session, shared: &WriteQueue<Client
                 && let Ok(fresh) = session.connect()
             {
                 client = fresh;
+                statements = Statements::default();
             }
             read(&mut client);
             continue;
@@ -764,7 +812,7 @@ fn writer_loop(mut client: Client, session: &Session, shared: &WriteQueue<Client
             group.clear();
             continue;
         }
-        match commit_retrying(&mut client, session, &group) {
+        match commit_retrying(&mut client, &mut statements, session, &group) {
             Ok(()) => shared.mark.advance(Ticket(last)),
             Err(e) => {
                 tracing::error!(error = %e, "a PostgreSQL commit failed; no further writes are accepted");
