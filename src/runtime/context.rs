@@ -568,7 +568,7 @@ impl TaskContext {
         );
         let ctx = self;
         async move {
-            let gated = Gated::new(body(ctx.clone()), &ctx.cell, &ctx.inner, ctx.tree.root, ctx.id);
+            let gated = Gated::new(body(ctx.clone()), &ctx);
             let run = AssertUnwindSafe(gated).catch_unwind();
             let grace = ctx.inner.config.cancel_grace;
             let outcome = tokio::select! {
@@ -718,5 +718,22 @@ impl IntoFuture for SubtaskHandle {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move { self.outcome().await })
+    }
+}
+
+impl TaskContext {
+    /// The task's cell (for the scheduler's gate).
+    pub(crate) fn cell_ref(&self) -> &Arc<TaskCell> {
+        &self.cell
+    }
+
+    /// The runtime's shared state (for the scheduler's gate).
+    pub(crate) fn inner_ref(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    /// The root of the task's tree.
+    pub(crate) fn root_id(&self) -> TaskId {
+        self.tree.root
     }
 }

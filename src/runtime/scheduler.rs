@@ -15,7 +15,7 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use super::context::HandlerResult;
+use super::context::{HandlerResult, TaskContext};
 use super::inner::Inner;
 use super::tree::{StartJob, TaskCell};
 use crate::core::IdMap;
@@ -285,30 +285,18 @@ pub(crate) async fn parked<F: Future>(
 /// timeout around a context call) takes a slot again before it runs on.
 pub(crate) struct Gated<'a> {
     body: BoxFuture<'static, HandlerResult>,
-    cell: &'a Arc<TaskCell>,
-    inner: &'a Arc<Inner>,
-    root: TaskId,
-    task: TaskId,
+    ctx: &'a TaskContext,
     acquiring: Option<BoxFuture<'a, ()>>,
     /// Whether the body was polled yet (for the `subtask::handler` log).
     started: bool,
 }
 
 impl<'a> Gated<'a> {
-    /// Gates `body`, the handler of `task` (its `cell`) in the tree of `root`.
-    pub(crate) fn new(
-        body: BoxFuture<'static, HandlerResult>,
-        cell: &'a Arc<TaskCell>,
-        inner: &'a Arc<Inner>,
-        root: TaskId,
-        task: TaskId,
-    ) -> Self {
+    /// Gates `body`, the handler of the task of `ctx`.
+    pub(crate) fn new(body: BoxFuture<'static, HandlerResult>, ctx: &'a TaskContext) -> Self {
         Gated {
             body,
-            cell,
-            inner,
-            root,
-            task,
+            ctx,
             acquiring: None,
             started: false,
         }
@@ -322,9 +310,11 @@ impl Future for Gated<'_> {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<HandlerResult> {
+        let ctx = self.ctx;
+        let (cell, inner) = (ctx.cell_ref(), ctx.inner_ref());
         // Past the instance's lease the handler is frozen: another
         // instance may run it now (a cluster's fencing, `LeaseGate`).
-        if let Some(gate) = self.inner.lease.get()
+        if let Some(gate) = inner.lease.get()
             && !gate.valid()
         {
             return std::task::Poll::Pending;
@@ -334,8 +324,8 @@ impl Future for Gated<'_> {
                 std::task::ready!(acq.as_mut().poll(cx));
                 self.acquiring = None;
             }
-            if self.cell.needs_slot() {
-                let (cell, inner, root) = (self.cell, self.inner, self.root);
+            if cell.needs_slot() {
+                let root = ctx.root_id();
                 self.acquiring = Some(Box::pin(async move { cell.acquire(inner, root).await }));
                 continue;
             }
@@ -343,11 +333,11 @@ impl Future for Gated<'_> {
             // past a cluster instance's lease.
             if !self.started {
                 self.started = true;
-                tracing::debug!(target: "subtask::handler", task = %self.task, "handler started");
+                tracing::debug!(target: "subtask::handler", task = %ctx.task_id(), "handler started");
             }
             let r = self.body.as_mut().poll(cx);
             if r.is_ready() {
-                tracing::debug!(target: "subtask::handler", task = %self.task, "handler returned");
+                tracing::debug!(target: "subtask::handler", task = %ctx.task_id(), "handler returned");
             }
             return r;
         }
