@@ -413,3 +413,117 @@ async fn a_principals_live_task_limit_counts_every_instance() {
         "a fourth live task across the two instances: {e}"
     );
 }
+
+/// The README's "Several instances" walkthrough, as pasted: its two
+/// `subtask serve` lines (on this test's database instead of
+/// `postgres://postgres@127.0.0.1:5432/postgres`, ports 8750 and 8751), then
+/// its curl lines with "On the wire"'s `call` and `META` (the taskId the
+/// first answer carries in place of `<taskId>`); the second instance's
+/// answers are the tree the first created, and its steer is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_walkthrough_of_two_instances_works_as_pasted() {
+    let c = Cluster::new("cluster-readme").await;
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let blocks: Vec<&str> = readme
+        .split("```sh\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .collect();
+    let wire = blocks.iter().find(|b| b.contains("META=")).expect("On the wire");
+    let servers = blocks
+        .iter()
+        .find(|b| b.contains("--listen 127.0.0.1:8751"))
+        .expect("the two serve lines");
+    let walk = blocks
+        .iter()
+        .find(|b| b.contains("hello from the other instance"))
+        .expect("the walkthrough");
+    let dir = c.bin.parent().unwrap().display().to_string();
+    let mut started = Vec::new();
+    for line in servers.lines().filter(|l| l.starts_with("subtask serve")) {
+        let line = line.replace("postgres://postgres@127.0.0.1:5432/postgres", &c.url);
+        let log = std::fs::File::create(c.log(&format!("readme-{}", started.len()))).unwrap();
+        let child = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("exec {line}"))
+            .env(
+                "PATH",
+                format!("{dir}:{}", std::env::var("PATH").unwrap_or_default()),
+            )
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        started.push(child);
+    }
+    assert_eq!(started.len(), 2, "{servers}");
+    struct Kill(Vec<std::process::Child>);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let _servers = Kill(started);
+    for port in [8750, 8751] {
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let probe = Client::new(addr, full_caps());
+        let t0 = Instant::now();
+        while support::process::rpc(&probe, "server/discover", json!({}), Duration::from_secs(2))
+            .await
+            .is_err()
+        {
+            assert!(
+                t0.elapsed() < GUARD,
+                "the README's instance on port {port} never answered"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // "On the wire"'s definitions, then the walkthrough with the id filled in.
+    let defs: Vec<&str> = wire
+        .lines()
+        .take_while(|l| !l.trim().is_empty() && !l.starts_with("call tools/call"))
+        .collect();
+    let mut script = defs.join("\n");
+    script.push('\n');
+    for line in walk.lines() {
+        if line.starts_with("T=<taskId>") {
+            script.push_str("T=$(printf '%s' \"$CREATED\" | grep -o '\"taskId\":\"[^\"]*\"' | head -1 | cut -d'\"' -f4)\necho \"T=$T\"\n");
+        } else if line.starts_with("call tools/call") {
+            script.push_str(&format!("CREATED=$({line})\necho \"$CREATED\"\n"));
+        } else {
+            script.push_str(line);
+            script.push('\n');
+        }
+    }
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(answers.len(), 3, "create, get, steer: {stdout}");
+    let id = answers[0]["result"]["taskId"]
+        .as_str()
+        .expect("a task")
+        .to_owned();
+    assert_eq!(answers[1]["result"]["taskId"], id.as_str(), "{stdout}");
+    assert_eq!(child_ids(&answers[1]["result"]).len(), 2, "{stdout}");
+    assert!(answers[2].get("result").is_some(), "the steer: {stdout}");
+}
