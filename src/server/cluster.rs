@@ -198,7 +198,7 @@ impl Server {
             .parse()
             .map_err(|e| pg_err(format!("not a PostgreSQL URL: {e}")))?;
         pg.connect_timeout(Duration::from_secs(10));
-        pg.application_name("subtask-cluster");
+        pg.application_name(&crate::store::instance_application_name(registration.instance));
         let (changed, _) = broadcast::channel(1024);
         let node = Arc::new(Node {
             instance: registration.instance,
@@ -823,18 +823,48 @@ async fn work_loop(node: Arc<Node>, server: Weak<ServerInner>) {
 /// revoked instances, a batch at a time.
 async fn take_over(node: &Arc<Node>, server: &Server) -> Result<(), StoreError> {
     let me = node.instance;
-    let revoked: Vec<uuid::Uuid> = node
+    let expired: Vec<uuid::Uuid> = node
         .blocking(move |c| {
             c.query(
-                "UPDATE subtask_instances SET revoked = true
-                 WHERE lease_until < now() AND NOT revoked AND id <> $1 RETURNING id",
+                "SELECT id FROM subtask_instances WHERE lease_until < now() AND NOT revoked AND id <> $1",
                 &[&me],
             )
             .map(|rows| rows.iter().map(|r| r.get(0)).collect())
         })
         .await?;
-    for dead in &revoked {
-        tracing::warn!(instance = %dead, "an instance's lease expired; taking over its trees");
+    for dead in expired {
+        // A stalled instance may hold its row's share lock in a commit
+        // that never ends (the process is stopped mid-transaction): its
+        // sessions are ended first (the transaction rolls back: nothing of
+        // it was acknowledged), so the revoke does not wait for the process
+        // to run again. The revoke waits at most a little for a commit that
+        // is finishing; else the next look tries again.
+        let name = crate::store::instance_application_name(dead);
+        let revoked = node
+            .blocking(move |c| {
+                c.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                     WHERE application_name = $1 AND pid <> pg_backend_pid()",
+                    &[&name],
+                )?;
+                let mut tx = c.transaction()?;
+                tx.batch_execute("SET LOCAL lock_timeout = '2s'")?;
+                let n = tx.execute(
+                    "UPDATE subtask_instances SET revoked = true
+                     WHERE id = $1 AND lease_until < now() AND NOT revoked",
+                    &[&dead],
+                )?;
+                tx.commit()?;
+                Ok(n)
+            })
+            .await;
+        match revoked {
+            Ok(1) => tracing::warn!(instance = %dead, "an instance's lease expired; taking over its trees"),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(instance = %dead, error = %e, "revoking an expired instance failed; trying again")
+            }
+        }
     }
     loop {
         if !node.serving() {

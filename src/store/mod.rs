@@ -55,7 +55,9 @@ pub use memory::MemoryStore;
 #[cfg(all(feature = "postgres", feature = "server"))]
 pub(crate) use postgres::trees_of_rows as postgres_trees;
 #[cfg(feature = "postgres")]
-pub use postgres::{Membership, PG_SCHEMA_VERSION, PostgresConfig, PostgresStore, Registration};
+pub use postgres::{
+    Membership, PG_SCHEMA_VERSION, PostgresConfig, PostgresStore, Registration, instance_application_name,
+};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteConfig, SqliteStore};
 

@@ -258,7 +258,13 @@ impl PostgresStore {
             .parse()
             .map_err(|e| io(format!("{shown}: not a PostgreSQL URL: {e}")))?;
         pg.connect_timeout(config.connect_timeout);
-        pg.application_name("subtask");
+        // A cluster member's sessions carry its id, so that a survivor
+        // (or a restart with the same id) can end the sessions of a
+        // stalled process that hold its row's lock.
+        match &config.member {
+            Some(m) => pg.application_name(&instance_application_name(m.instance)),
+            None => pg.application_name("subtask"),
+        };
         let mut session = Session {
             pg,
             shown: shown.clone(),
@@ -479,12 +485,32 @@ fn commit_retrying(
     )))
 }
 
+/// The `application_name` of every session of cluster instance `id`.
+pub fn instance_application_name(id: uuid::Uuid) -> String {
+    format!("subtask {id}")
+}
+
 /// Registers this process as instance `m.instance`: a new row, or the
 /// next epoch of an existing one (fencing an older process with the same
 /// id), with a lease from now. The lease gate's deadline is taken before
 /// the statement is sent, so by this process's clock it ends no later than
 /// the database's `lease_until`.
 fn register(client: &mut Client, m: &Membership, shown: &str) -> Result<Registration, StoreError> {
+    // An older process with this id may be stopped in a commit that holds
+    // the row's lock: its sessions end first (nothing of that transaction
+    // was acknowledged), so the registration does not wait for it.
+    client
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = $1 AND pid <> pg_backend_pid()",
+            &[&instance_application_name(m.instance)],
+        )
+        .map_err(|e| {
+            io(format!(
+                "{shown}: ending the sessions of an older instance {}: {e}",
+                m.instance
+            ))
+        })?;
     let sent = std::time::Instant::now();
     let lease_s = m.lease.as_secs_f64();
     let epoch: i64 = client
