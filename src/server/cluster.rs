@@ -303,6 +303,20 @@ impl Cluster {
     }
 }
 
+impl Drop for Node {
+    fn drop(&mut self) {
+        // A synchronous client runs a runtime of its own to close its
+        // connection, which must not happen on an async thread (the last
+        // reference may go there, as when a server stops).
+        let pooled = std::mem::take(&mut *self.pool.lock());
+        if !pooled.is_empty() {
+            let _ = std::thread::Builder::new()
+                .name("subtask-pool-close".into())
+                .spawn(move || drop(pooled));
+        }
+    }
+}
+
 impl Node {
     /// Whether this instance may still answer from memory.
     pub(crate) fn serving(&self) -> bool {

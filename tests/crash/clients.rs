@@ -2,7 +2,9 @@
 //! every tree has its own sequential client that reads it top-down,
 //! answers input, steers, pauses, resumes and cancels at random (or, in
 //! the last round, only resumes and answers until the tree ends). Every
-//! request and its acknowledgement is recorded in the model first.
+//! request and its acknowledgement is recorded in the model first. They
+//! drive one server (the crash test's `Round`) or several (the scale-out
+//! test's), through `driver::Calls`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -10,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::driver::{Round, Stop, Trigger};
+use crate::driver::{Calls, Stop, Trigger};
 use crate::model::{Source, Tool, answer, is_terminal, short, status_of};
 use crate::support::process::Rpc;
 use crate::support::seed::Rng;
@@ -67,10 +69,10 @@ pub fn random_call(rng: &mut Rng) -> (Tool, Value) {
 }
 
 /// Creates `count` trees at random moments, each driven by its own client.
-pub async fn creator(round: Arc<Round>, mut rng: Rng, count: u64) {
+pub async fn creator<R: Calls>(round: Arc<R>, mut rng: Rng, count: u64) {
     for _ in 0..count {
         tokio::time::sleep(Duration::from_millis(rng.range(0, 700))).await;
-        if round.server.is_killed() {
+        if round.stopped() {
             return;
         }
         let (tool, args) = random_call(&mut rng);
@@ -103,7 +105,7 @@ pub async fn creator(round: Arc<Round>, mut rng: Rng, count: u64) {
     }
 }
 
-pub async fn steer(round: &Round, id: &str, message: String) -> Result<(), Stop> {
+pub async fn steer<R: Calls>(round: &R, id: &str, message: String) -> Result<(), Stop> {
     {
         let mut m = round.model();
         if let Some(t) = m.tasks.get_mut(id) {
@@ -125,7 +127,7 @@ pub async fn steer(round: &Round, id: &str, message: String) -> Result<(), Stop>
     Ok(())
 }
 
-pub async fn answer_input(round: &Round, snap: &Value) -> Result<(), Stop> {
+pub async fn answer_input<R: Calls>(round: &R, snap: &Value) -> Result<(), Stop> {
     let id = snap["taskId"].as_str().unwrap_or_default().to_owned();
     let keys: Vec<String> = snap["inputRequests"]
         .as_object()
@@ -151,7 +153,7 @@ pub async fn answer_input(round: &Round, snap: &Value) -> Result<(), Stop> {
     Ok(())
 }
 
-pub async fn pause(round: &Round, id: &str) -> Result<(), Stop> {
+pub async fn pause<R: Calls>(round: &R, id: &str) -> Result<(), Stop> {
     let sent = round.model().next_seq();
     if let Rpc::Ok(snap) = round.call("tasks/pause", json!({"taskId": id})).await? {
         {
@@ -166,7 +168,7 @@ pub async fn pause(round: &Round, id: &str) -> Result<(), Stop> {
     Ok(())
 }
 
-pub async fn resume(round: &Round, id: &str) -> Result<(), Stop> {
+pub async fn resume<R: Calls>(round: &R, id: &str) -> Result<(), Stop> {
     round.model().release_pauses(id);
     let sent = round.model().next_seq();
     if let Rpc::Ok(snap) = round.call("tasks/resume", json!({"taskId": id})).await? {
@@ -176,7 +178,7 @@ pub async fn resume(round: &Round, id: &str) -> Result<(), Stop> {
     Ok(())
 }
 
-pub async fn cancel(round: &Round, id: &str) -> Result<(), Stop> {
+pub async fn cancel<R: Calls>(round: &R, id: &str) -> Result<(), Stop> {
     let parked = {
         let mut m = round.model();
         let parked = m.parked_on_input(id);
@@ -205,11 +207,11 @@ pub async fn cancel(round: &Round, id: &str) -> Result<(), Stop> {
 /// One client per tree: reads the tree, answers input, and (unless
 /// `finish`) steers, pauses, resumes and cancels at random. With `finish`,
 /// it only resumes what is paused and answers input, until the root ends.
-pub async fn drive(round: Arc<Round>, root: String, mut rng: Rng, finish: bool) {
-    let _ = drive_inner(&round, &root, &mut rng, finish).await;
+pub async fn drive<R: Calls>(round: Arc<R>, root: String, mut rng: Rng, finish: bool) {
+    let _ = drive_inner(&*round, &root, &mut rng, finish).await;
 }
 
-pub async fn drive_inner(round: &Round, root: &str, rng: &mut Rng, finish: bool) -> Result<(), Stop> {
+pub async fn drive_inner<R: Calls>(round: &R, root: &str, rng: &mut Rng, finish: bool) -> Result<(), Stop> {
     let tool = round
         .model()
         .tree_of(root)
@@ -219,7 +221,7 @@ pub async fn drive_inner(round: &Round, root: &str, rng: &mut Rng, finish: bool)
     // Some clients leave input requests waiting for a whole round.
     let answer_p = *rng.pick(&[0.0, 0.05, 0.3]).unwrap();
     loop {
-        if round.server.is_killed() {
+        if round.stopped() {
             return Err(Stop);
         }
         let snaps = round.walk(root, true).await?;

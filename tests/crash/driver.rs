@@ -3,6 +3,10 @@
 //! clients drive it, kill it with SIGKILL at the planned moment, reap it and
 //! read its log. Requests go through [`Round::call`], which tells a server
 //! that was killed from one that failed.
+//!
+//! The clients (`clients.rs`) drive whatever implements [`Calls`]: the one
+//! server of a crash-test round here, or the several instances of the
+//! scale-out test (`tests/scale_out/round.rs`).
 
 use std::collections::{HashMap, VecDeque};
 use std::os::unix::process::ExitStatusExt;
@@ -71,6 +75,92 @@ pub struct Round {
 /// The server is gone (killed): stop driving.
 pub struct Stop;
 
+/// What the clients need from the server (or servers) they drive: send a
+/// request, record what they were shown, count acknowledgements, run jobs.
+pub trait Calls: Send + Sync + 'static {
+    fn model(&self) -> std::sync::MutexGuard<'_, Model>;
+
+    fn violate(&self, v: String) {
+        self.model().violate(v);
+    }
+
+    /// Counts an acknowledgement (and may act on it: the crash test's kill plan).
+    fn acked(&self, trigger: Trigger, what: &'static str);
+
+    /// Whether the clients should stop driving (the server was killed, or
+    /// the round is over).
+    fn stopped(&self) -> bool;
+
+    /// Sends a request. `Err(Stop)` when the clients must stop.
+    fn call(&self, method: &str, params: Value) -> impl Future<Output = Result<Rpc, Stop>> + Send;
+
+    /// Runs a job of this round.
+    fn spawn(&self, f: impl Future<Output = ()> + Send + 'static);
+
+    /// Follows `notifications/tasks` of `roots` (and their subtasks).
+    fn spawn_listener(self: &Arc<Self>, roots: Vec<String>);
+
+    /// `tasks/get` of a known task, checked and recorded.
+    fn get(&self, id: &str) -> impl Future<Output = Result<Option<Value>, Stop>> + Send {
+        async move {
+            let sent = self.model().next_seq();
+            match self.call("tasks/get", json!({"taskId": id})).await? {
+                Rpc::Ok(snap) => {
+                    self.model().observe(&snap, Source::Ordered { sent });
+                    Ok(Some(snap))
+                }
+                Rpc::Err(..) => Ok(None),
+            }
+        }
+    }
+
+    /// Reads a tree top-down (a parent before its children). With
+    /// `skip_terminal`, tasks known terminal are not read again (their
+    /// subtrees are terminal too).
+    fn walk(&self, root: &str, skip_terminal: bool) -> impl Future<Output = Result<Vec<Value>, Stop>> + Send {
+        async move {
+            let mut out = Vec::new();
+            let mut queue = VecDeque::from([root.to_owned()]);
+            while let Some(id) = queue.pop_front() {
+                if skip_terminal && id != root && self.model().is_terminal(&id) {
+                    continue;
+                }
+                if let Some(snap) = self.get(&id).await? {
+                    queue.extend(ids(&snap["childTaskIds"]));
+                    out.push(snap);
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+impl Calls for Round {
+    fn model(&self) -> std::sync::MutexGuard<'_, Model> {
+        Round::model(self)
+    }
+
+    fn acked(&self, trigger: Trigger, what: &'static str) {
+        Round::acked(self, trigger, what);
+    }
+
+    fn stopped(&self) -> bool {
+        self.server.is_killed()
+    }
+
+    fn call(&self, method: &str, params: Value) -> impl Future<Output = Result<Rpc, Stop>> + Send {
+        Round::call(self, method, params)
+    }
+
+    fn spawn(&self, f: impl Future<Output = ()> + Send + 'static) {
+        Round::spawn(self, f);
+    }
+
+    fn spawn_listener(self: &Arc<Self>, roots: Vec<String>) {
+        Round::spawn_listener(self, roots);
+    }
+}
+
 impl Round {
     pub fn model(&self) -> std::sync::MutexGuard<'_, Model> {
         self.model.lock().unwrap()
@@ -123,37 +213,7 @@ impl Round {
         }
     }
 
-    /// `tasks/get` of a known task, checked and recorded.
-    pub async fn get(&self, id: &str) -> Result<Option<Value>, Stop> {
-        let sent = self.model().next_seq();
-        match self.call("tasks/get", json!({"taskId": id})).await? {
-            Rpc::Ok(snap) => {
-                self.model().observe(&snap, Source::Ordered { sent });
-                Ok(Some(snap))
-            }
-            Rpc::Err(..) => Ok(None),
-        }
-    }
-
-    /// Reads a tree top-down (a parent before its children). With
-    /// `skip_terminal`, tasks known terminal are not read again (their
-    /// subtrees are terminal too).
-    pub async fn walk(&self, root: &str, skip_terminal: bool) -> Result<Vec<Value>, Stop> {
-        let mut out = Vec::new();
-        let mut queue = VecDeque::from([root.to_owned()]);
-        while let Some(id) = queue.pop_front() {
-            if skip_terminal && id != root && self.model().is_terminal(&id) {
-                continue;
-            }
-            if let Some(snap) = self.get(&id).await? {
-                queue.extend(ids(&snap["childTaskIds"]));
-                out.push(snap);
-            }
-        }
-        Ok(out)
-    }
-
-    pub fn spawn(self: &Arc<Self>, f: impl Future<Output = ()> + Send + 'static) {
+    pub fn spawn(&self, f: impl Future<Output = ()> + Send + 'static) {
         let h = tokio::spawn(f);
         self.jobs.lock().unwrap().push(h);
     }
@@ -194,7 +254,7 @@ impl Round {
 
 /// Reads every known tree whole (not skipping terminal tasks): every task
 /// ever shown must still be answered. Returns the first snapshot of each task.
-pub async fn read_everything(round: &Arc<Round>) -> HashMap<String, Value> {
+pub async fn read_everything<R: Calls>(round: &Arc<R>) -> HashMap<String, Value> {
     let roots: Vec<String> = round.model().tree_order.clone();
     let walks: Vec<Result<Vec<Value>, Stop>> = futures::stream::iter(roots)
         .map(|r| {

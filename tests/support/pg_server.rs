@@ -17,6 +17,8 @@ pub struct PgServer {
     dir: PathBuf,
     port: u16,
     as_postgres: bool,
+    /// More `-c name=value` settings for every start.
+    settings: String,
 }
 
 /// The newest installed server's binary directory.
@@ -44,6 +46,16 @@ impl PgServer {
     ///
     /// No binaries, or `initdb` / `pg_ctl start` failed (their output).
     pub fn start() -> Result<PgServer, String> {
+        PgServer::start_with(&[])
+    }
+
+    /// Starts a server with more settings (`("fsync", "off")`), kept for
+    /// its restarts.
+    ///
+    /// # Errors
+    ///
+    /// No binaries, or `initdb` / `pg_ctl start` failed (their output).
+    pub fn start_with(settings: &[(&str, &str)]) -> Result<PgServer, String> {
         let bin = bindir()
             .ok_or("no PostgreSQL server binaries under /usr/lib/postgresql (apt-get install postgresql)")?;
         let n = std::time::SystemTime::now()
@@ -71,6 +83,7 @@ impl PgServer {
             dir,
             port,
             as_postgres,
+            settings: settings.iter().map(|(k, v)| format!(" -c {k}={v}")).collect(),
         };
         server.run(
             "initdb",
@@ -112,9 +125,10 @@ impl PgServer {
 
     fn pg_ctl_start(&self) -> Result<(), String> {
         let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200{}",
             self.port,
-            self.dir.display()
+            self.dir.display(),
+            self.settings
         );
         let log = self.dir.join("server.log");
         self.run(
@@ -160,6 +174,11 @@ impl PgServer {
     /// `pg_ctl` failed.
     pub fn restart(&self) -> Result<(), String> {
         self.pg_ctl_start()
+    }
+
+    /// The server's log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("server.log")
     }
 
     /// The URL of database `db`.

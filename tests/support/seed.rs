@@ -13,6 +13,9 @@
 //! * `CRASH_SEED` — `tests/crash.rs`: kill moments and triggers, tool
 //!   arguments, client actions (`CRASH_ROUNDS` and `CRASH_TRIGGER`, which
 //!   are not seeds, are read there).
+//! * `SCALE_SEED` — `tests/scale_out.rs`: fault kinds, moments, targets and
+//!   restart ids, tool arguments, client actions (`SCALE_ROUNDS` and
+//!   `SCALE_FAULT` are read there).
 //! * `SUBTASK_SEED` — `tests/client.rs`: the third finish order of
 //!   `results_come_in_tree_order_while_tasks_finish_in_random_order` (the
 //!   first two are fixed).
