@@ -38,10 +38,11 @@ mod clients;
 mod driver;
 #[path = "crash/model.rs"]
 mod model;
+#[path = "crash/scratch.rs"]
+mod scratch;
 
 use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,6 +52,7 @@ use checks::check_final;
 use clients::{creator, drive};
 use driver::{Trigger, check_log, end_round, read_everything, restart};
 use model::{Before, Model};
+use scratch::Scratch;
 use support::process::ServerProcess;
 use support::seed::{Rng, env_u64};
 
@@ -60,43 +62,8 @@ const DEFAULT_ROUNDS: u32 = 25;
 
 // ----- the test ------------------------------------------------------------------------
 
-/// A fresh directory, removed at the end unless the test failed (then it is
-/// kept, and named, for a look at the database and the server logs).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Scratch {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = std::env::temp_dir().join(format!("subtask-crash-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("crash test: kept {} (database and server logs)", self.0.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
 fn fail_on_violations(model: &Mutex<Model>, seed: u64, when: &str) {
-    let m = model.lock().unwrap();
-    if m.violations.is_empty() {
-        return;
-    }
-    let shown: Vec<&String> = m.violations.iter().take(40).collect();
-    panic!(
-        "crash test failed {when} (seed {seed}; replay with CRASH_SEED={seed}): {} violation(s):\n{}",
-        m.violations.len(),
-        shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
-    );
+    scratch::fail_on_violations(model, "crash test", "CRASH_SEED", seed, when);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -124,7 +91,7 @@ async fn crash_test(pg: Option<String>, rounds: u64) {
     let store = if pg.is_some() { "PostgreSQL" } else { "SQLite" };
     println!("crash test on {store}: {rounds} rounds");
     let started = Instant::now();
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("crash", "crash test");
     // On PostgreSQL every start is the same cluster instance: a restart
     // takes its trees back at once, as a restart on SQLite does (with a new
     // id they would come back only after the old lease expired; that

@@ -74,10 +74,11 @@ mod logs;
 mod model;
 #[path = "scale_out/round.rs"]
 mod round;
+#[path = "crash/scratch.rs"]
+mod scratch;
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -92,6 +93,7 @@ use driver::{Calls, REQUEST_TIMEOUT, Trigger, read_everything};
 use logs::{ProcFacts, bad_lines, check_handlers, check_steers, first_line, tail};
 use model::{Before, Model, is_terminal, status_of};
 use round::{Fault, FaultKind, MultiRound, Plan, Shared, creator};
+use scratch::Scratch;
 use support::process::{Rpc, rpc};
 use support::seed::{Rng, env_u64};
 
@@ -111,43 +113,8 @@ const EXIT_LEASE_LOST: i32 = 75;
 /// Hang guard for every tree to end in the last phase.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(240);
 
-/// A fresh directory, removed at the end unless the test failed (then it is
-/// kept, and named, for a look at the instances' logs).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Scratch {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = std::env::temp_dir().join(format!("subtask-scale-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("scale-out test: kept {} (every instance's log)", self.0.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
 fn fail_on_violations(model: &Mutex<Model>, seed: u64, when: &str) {
-    let m = model.lock().unwrap();
-    if m.violations.is_empty() {
-        return;
-    }
-    let shown: Vec<&String> = m.violations.iter().take(40).collect();
-    panic!(
-        "scale-out test failed {when} (seed {seed}; replay with SCALE_SEED={seed}): {} violation(s):\n{}",
-        m.violations.len(),
-        shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
-    );
+    scratch::fail_on_violations(model, "scale-out test", "SCALE_SEED", seed, when);
 }
 
 fn parse_fault(name: &str) -> FaultKind {
@@ -380,7 +347,7 @@ async fn three_instances_on_one_postgres_survive_kills_zombies_and_database_rest
     let forced = std::env::var("SCALE_FAULT").ok().map(|f| parse_fault(&f));
     println!("scale-out test: {SLOTS} instances, lease {LEASE_S} s, {rounds} rounds");
     let started = Instant::now();
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("scale", "scale-out test");
     let bin = support::process::private_binary(&scratch.0);
     // A server of the test's own: it is restarted under the instances.
     // `fsync=off`: an immediate stop is a crash of the server's processes,
