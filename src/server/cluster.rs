@@ -395,22 +395,7 @@ impl Node {
         if owner.as_deref() != Some(principal.as_str()) {
             return Ok(None);
         }
-        let root: uuid::Uuid = row.get(0);
-        let parent: Option<uuid::Uuid> = row.get(1);
-        let position: i32 = row.get(2);
-        let state: String = row.get(3);
-        let children: Vec<uuid::Uuid> = row.get(5);
-        let rec = decode_state(
-            id,
-            id_of(root),
-            parent.map(id_of),
-            u32::try_from(position).unwrap_or(0),
-            &state,
-        )
-        .map_err(|e| StoreError::Corrupt(format!("task {id}: {e}")))?;
-        Ok(Some(
-            rec.detailed(children.into_iter().map(id_of).collect(), view),
-        ))
+        Ok(Some(task_of_row(&row, id, 0, view)?))
     }
 
     /// Passes a command on to the holder of the task's tree and waits for
@@ -603,7 +588,7 @@ impl Node {
         let rows = self
             .blocking(move |c| {
                 c.query(
-                    "SELECT r.seq, t.seq, t.id, t.root, t.parent, t.position, t.state,
+                    "SELECT r.seq, t.seq, t.id, t.root, t.parent, t.position, t.state, r.owner,
                             ARRAY(SELECT k.id FROM subtask_tasks k WHERE k.parent = t.id ORDER BY k.position)
                      FROM subtask_tasks r JOIN subtask_tasks t ON t.root = r.id
                      WHERE r.parent IS NULL AND r.owner = $1 AND (r.seq, t.seq) > ($2, $3)
@@ -616,20 +601,7 @@ impl Node {
         let mut last = after;
         for row in &rows {
             last = (row.get(0), row.get(1));
-            let id = id_of(row.get(2));
-            let parent: Option<uuid::Uuid> = row.get(4);
-            let position: i32 = row.get(5);
-            let state: String = row.get(6);
-            let children: Vec<uuid::Uuid> = row.get(7);
-            let rec = decode_state(
-                id,
-                id_of(row.get(3)),
-                parent.map(id_of),
-                u32::try_from(position).unwrap_or(0),
-                &state,
-            )
-            .map_err(|e| StoreError::Corrupt(format!("task {id}: {e}")))?;
-            out.push(rec.detailed(children.into_iter().map(id_of).collect(), view));
+            out.push(task_of_row(row, id_of(row.get(2)), 3, view)?);
         }
         let next = (rows.len() == limit).then_some(last);
         Ok((out, next))
@@ -644,6 +616,31 @@ impl Node {
         .ok()
         .flatten()
     }
+}
+
+/// A task as `view` sees it from a row holding, from column `at` on, its
+/// root, parent, position, state, its tree's owner and its children's ids
+/// (the queries of [`Node::get`] and [`Node::list`]).
+fn task_of_row(
+    row: &postgres::Row,
+    id: TaskId,
+    at: usize,
+    view: ClientView,
+) -> Result<DetailedTask, StoreError> {
+    let root: uuid::Uuid = row.get(at);
+    let parent: Option<uuid::Uuid> = row.get(at + 1);
+    let position: i32 = row.get(at + 2);
+    let state: String = row.get(at + 3);
+    let children: Vec<uuid::Uuid> = row.get(at + 5);
+    let rec = decode_state(
+        id,
+        id_of(root),
+        parent.map(id_of),
+        u32::try_from(position).unwrap_or(0),
+        &state,
+    )
+    .map_err(|e| StoreError::Corrupt(format!("task {id}: {e}")))?;
+    Ok(rec.detailed(children.into_iter().map(id_of).collect(), view))
 }
 
 fn unavailable(e: StoreError) -> ErrorObject {
