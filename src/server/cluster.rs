@@ -853,11 +853,16 @@ async fn take_over(node: &Arc<Node>, server: &Server) -> Result<(), StoreError> 
         let name = crate::store::instance_application_name(dead);
         let revoked = node
             .blocking(move |c| {
-                c.execute(
+                // Best effort: a role without the right to end them (not
+                // the same role, no pg_signal_backend) still revokes, after
+                // the lock wait.
+                if let Err(e) = c.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
                      WHERE application_name = $1 AND pid <> pg_backend_pid()",
                     &[&name],
-                )?;
+                ) {
+                    tracing::warn!(instance = %dead, error = %e, "cannot end a dead instance's sessions");
+                }
                 let mut tx = c.transaction()?;
                 tx.batch_execute("SET LOCAL lock_timeout = '2s'")?;
                 let n = tx.execute(

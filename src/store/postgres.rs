@@ -499,18 +499,15 @@ fn register(client: &mut Client, m: &Membership, shown: &str) -> Result<Registra
     // An older process with this id may be stopped in a commit that holds
     // the row's lock: its sessions end first (nothing of that transaction
     // was acknowledged), so the registration does not wait for it.
-    client
-        .execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-             WHERE application_name = $1 AND pid <> pg_backend_pid()",
-            &[&instance_application_name(m.instance)],
-        )
-        .map_err(|e| {
-            io(format!(
-                "{shown}: ending the sessions of an older instance {}: {e}",
-                m.instance
-            ))
-        })?;
+    // Best effort: without the right to end them, the registration waits
+    // for the older process instead.
+    if let Err(e) = client.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE application_name = $1 AND pid <> pg_backend_pid()",
+        &[&instance_application_name(m.instance)],
+    ) {
+        tracing::warn!(instance = %m.instance, error = %e, "{shown}: cannot end an older process's sessions");
+    }
     let sent = std::time::Instant::now();
     let lease_s = m.lease.as_secs_f64();
     let epoch: i64 = client
