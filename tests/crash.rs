@@ -46,10 +46,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::task::JoinHandle;
-
 use checks::check_final;
-use clients::{creator, drive};
+use clients::{creator, drive, finish_every_tree};
 use driver::{Trigger, check_log, end_round, read_everything, restart};
 use model::{Before, Model};
 use scratch::Scratch;
@@ -180,14 +178,7 @@ async fn crash_test(pg: Option<String>, rounds: u64) {
         // The plan's clock starts when the clients do, after the check.
         *round.plan.lock().unwrap() = after_ack.then(|| (trigger, Instant::now() + plan_delay));
 
-        let live: Vec<String> = {
-            let m = model.lock().unwrap();
-            m.tree_order
-                .iter()
-                .filter(|root| !m.is_terminal(root))
-                .cloned()
-                .collect()
-        };
+        let live: Vec<String> = model.lock().unwrap().running_trees();
         for root in &live {
             round.spawn(drive(round.clone(), root.clone(), rng.fork(), false));
         }
@@ -223,7 +214,7 @@ async fn crash_test(pg: Option<String>, rounds: u64) {
         end_round(&round, &model).await;
         {
             let m = model.lock().unwrap();
-            let running = m.tree_order.iter().filter(|root| !m.is_terminal(root)).count();
+            let running = m.running_trees().len();
             println!(
                 "round {r:2}: killed {how} ({durability}); drove {} trees and created {}; {running} trees \
                  not ended at the kill, {} tasks known",
@@ -244,34 +235,7 @@ async fn crash_test(pg: Option<String>, rounds: u64) {
     args.extend(same_instance.iter().cloned());
     let round = restart(&bin, &model, &args, &log, &before).await;
     fail_on_violations(&model, seed, "after the last restart");
-    let live: Vec<String> = {
-        let m = model.lock().unwrap();
-        m.tree_order
-            .iter()
-            .filter(|root| !m.is_terminal(root))
-            .cloned()
-            .collect()
-    };
-    let mut drivers: Vec<JoinHandle<()>> = live
-        .iter()
-        .map(|root| tokio::spawn(drive(round.clone(), root.clone(), rng.fork(), true)))
-        .collect();
-    let finished = tokio::time::timeout(FINISH_TIMEOUT, futures::future::join_all(drivers.iter_mut())).await;
-    for d in &drivers {
-        d.abort();
-    }
-    if finished.is_err() {
-        let m = model.lock().unwrap();
-        let open: Vec<String> = live
-            .iter()
-            .filter(|r| !m.is_terminal(r))
-            .map(|r| format!("{r} last {:?}", m.tasks[r].last_status))
-            .collect();
-        drop(m);
-        model.lock().unwrap().violate(format!(
-            "hang: trees did not end within {FINISH_TIMEOUT:?} after the last restart: {open:?}"
-        ));
-    }
+    finish_every_tree(&round, &model, &mut rng, FINISH_TIMEOUT, "after the last restart").await;
     read_everything(&round).await;
     check_final(&mut model.lock().unwrap());
     end_round(&round, &model).await;

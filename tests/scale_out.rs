@@ -84,10 +84,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
 
 use checks::{check_final, check_restart};
-use clients::drive;
+use clients::{drive, finish_every_tree};
 use cluster::{Cluster, Proc, instance_id};
 use driver::{Calls, REQUEST_TIMEOUT, Trigger, read_everything};
 use logs::{ProcFacts, bad_lines, check_handlers, check_steers, first_line, tail};
@@ -413,14 +412,7 @@ async fn three_instances_on_one_postgres_survive_kills_zombies_and_database_rest
         };
         let plan_delay = Duration::from_millis(delay);
 
-        let live: Vec<String> = {
-            let m = model.lock().unwrap();
-            m.tree_order
-                .iter()
-                .filter(|root| !m.is_terminal(root))
-                .cloned()
-                .collect()
-        };
+        let live: Vec<String> = model.lock().unwrap().running_trees();
         for root in &live {
             round.spawn(drive(round.clone(), root.clone(), rng.fork(), false));
         }
@@ -669,7 +661,7 @@ async fn three_instances_on_one_postgres_survive_kills_zombies_and_database_rest
         restart_rules(&mut model.lock().unwrap(), fault, &seen);
         {
             let m = model.lock().unwrap();
-            let running = m.tree_order.iter().filter(|root| !m.is_terminal(root)).count();
+            let running = m.running_trees().len();
             println!(
                 "round {r:2}: {what}; drove {} trees and created {}; {running} trees running, {} \
                  tasks known ({:.0} s)",
@@ -691,34 +683,7 @@ async fn three_instances_on_one_postgres_survive_kills_zombies_and_database_rest
     }
     model.lock().unwrap().epoch += 1;
     let round = MultiRound::new(shared.clone());
-    let live: Vec<String> = {
-        let m = model.lock().unwrap();
-        m.tree_order
-            .iter()
-            .filter(|root| !m.is_terminal(root))
-            .cloned()
-            .collect()
-    };
-    let mut drivers: Vec<JoinHandle<()>> = live
-        .iter()
-        .map(|root| tokio::spawn(drive(round.clone(), root.clone(), rng.fork(), true)))
-        .collect();
-    let finished = tokio::time::timeout(FINISH_TIMEOUT, futures::future::join_all(drivers.iter_mut())).await;
-    for d in &drivers {
-        d.abort();
-    }
-    if finished.is_err() {
-        let m = model.lock().unwrap();
-        let open: Vec<String> = live
-            .iter()
-            .filter(|r| !m.is_terminal(r))
-            .map(|r| format!("{r} last {:?}", m.tasks[r].last_status))
-            .collect();
-        drop(m);
-        model.lock().unwrap().violate(format!(
-            "hang: trees did not end within {FINISH_TIMEOUT:?} in the last phase: {open:?}"
-        ));
-    }
+    finish_every_tree(&round, &model, &mut rng, FINISH_TIMEOUT, "in the last phase").await;
     read_everything(&round).await;
     check_final(&mut model.lock().unwrap());
     round.end(REQUEST_TIMEOUT).await;

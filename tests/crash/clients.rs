@@ -309,3 +309,35 @@ pub async fn drive_inner<R: Calls>(round: &R, root: &str, rng: &mut Rng, finish:
         tokio::time::sleep(Duration::from_millis(rng.range(5, 40))).await;
     }
 }
+
+/// The last phase of a fault test: every tree not ended is driven to its
+/// end (answering and resuming only); a tree still running after `timeout`
+/// is a hang, recorded as a violation naming `when`.
+pub async fn finish_every_tree<R: Calls + Send + Sync + 'static>(
+    round: &Arc<R>,
+    model: &std::sync::Mutex<crate::model::Model>,
+    rng: &mut Rng,
+    timeout: Duration,
+    when: &str,
+) {
+    let live = model.lock().unwrap().running_trees();
+    let mut drivers: Vec<tokio::task::JoinHandle<()>> = live
+        .iter()
+        .map(|root| tokio::spawn(drive(round.clone(), root.clone(), rng.fork(), true)))
+        .collect();
+    let finished = tokio::time::timeout(timeout, futures::future::join_all(drivers.iter_mut())).await;
+    for d in &drivers {
+        d.abort();
+    }
+    if finished.is_err() {
+        let mut m = model.lock().unwrap();
+        let open: Vec<String> = live
+            .iter()
+            .filter(|r| !m.is_terminal(r))
+            .map(|r| format!("{r} last {:?}", m.tasks[r].last_status))
+            .collect();
+        m.violate(format!(
+            "hang: trees did not end within {timeout:?} {when}: {open:?}"
+        ));
+    }
+}

@@ -211,6 +211,15 @@ impl Model {
         self.tasks.get(id).is_some_and(|t| t.terminal.is_some())
     }
 
+    /// The roots of the trees not seen ended, in creation order.
+    pub fn running_trees(&self) -> Vec<String> {
+        self.tree_order
+            .iter()
+            .filter(|root| !self.is_terminal(root))
+            .cloned()
+            .collect()
+    }
+
     /// `id` and every known descendant.
     pub fn subtree(&self, id: &str) -> Vec<String> {
         let mut out = Vec::new();
