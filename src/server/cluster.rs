@@ -318,9 +318,10 @@ impl Drop for Node {
 }
 
 impl Node {
-    /// Whether this instance may still answer from memory.
+    /// Whether this instance may still answer from memory (losing the
+    /// lease revokes the gate, so the gate says it all).
     pub(crate) fn serving(&self) -> bool {
-        self.gate.valid() && !self.is_lost.load(Ordering::Acquire)
+        self.gate.valid()
     }
 
     fn lose(&self, why: &str) {
