@@ -564,3 +564,105 @@ async fn a_mass_cancel_settles_every_task_and_releases_every_slot() {
     .await
     .expect("every scheduler slot is released");
 }
+
+/// Handlers that spend their time awaiting something outside the runtime
+/// (a model, a remote service) wrap the wait in `TaskContext::external`:
+/// 2,000 of them, twice the default `max_running`, all wait at once holding
+/// no scheduler slot, and a quick task created after them starts at once
+/// (it is never queued) and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_external_waits_do_not_starve_a_new_task() {
+    const WAITING: usize = 2_000;
+    let config = RuntimeConfig::default();
+    assert!(WAITING > config.max_running, "more waiting handlers than slots");
+    let rt = Runtime::new(config);
+    // The remote service's answer, sent when the test says so.
+    let (answer, awaited) = tokio::sync::watch::channel(false);
+    let waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut long = Vec::with_capacity(WAITING);
+    for _ in 0..WAITING {
+        let (mut awaited, waiting) = (awaited.clone(), waiting.clone());
+        long.push(rt.spawn(RootOptions::default(), move |ctx| async move {
+            waiting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            ctx.external(async { awaited.wait_for(|answered| *answered).await.is_ok() })
+                .await
+                .then_some(())
+                .ok_or(TaskError::Interrupted)?;
+            Ok(text("answered"))
+        }));
+    }
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while waiting.load(std::sync::atomic::Ordering::SeqCst) < WAITING {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("every long handler started: each gave its slot back while waiting");
+    assert_eq!(rt.running_handlers(), 0, "no waiting handler holds a slot");
+
+    let quick = rt.spawn(RootOptions::default(), |_ctx| async move { Ok(text("quick")) });
+    let message = rt.get(quick, V).unwrap().task().status_message.clone();
+    assert!(
+        !message.as_deref().unwrap_or("").starts_with("queued"),
+        "the quick task is not queued: {message:?}"
+    );
+    let done = tokio::time::timeout(Duration::from_secs(10), rt.wait(quick, V))
+        .await
+        .expect("the quick task completes while the long ones wait")
+        .unwrap();
+    assert_eq!(result_text(&done), "quick");
+    assert!(long.iter().all(|id| status(&rt, *id) == TaskStatus::Working));
+
+    // The answer arrives: every long handler takes a slot again (at most
+    // `max_running` at once) and completes.
+    answer.send(true).unwrap();
+    for id in long {
+        let t = tokio::time::timeout(Duration::from_secs(60), rt.wait(id, V))
+            .await
+            .expect("every long task completes once answered")
+            .unwrap();
+        assert_eq!(result_text(&t), "answered");
+    }
+}
+
+/// A task queued for a scheduler slot says so, with its place in the queue
+/// as it joined it; once it starts, the message is gone.
+#[tokio::test(start_paused = true)]
+async fn a_task_queued_for_a_slot_says_its_place() {
+    let rt = Runtime::new(RuntimeConfig {
+        max_running: 2,
+        ..RuntimeConfig::default()
+    });
+    let (go, gate) = tokio::sync::watch::channel(false);
+    // Two handlers hold both slots: they await without `external`.
+    let holders: Vec<TaskId> = (0..2)
+        .map(|_| {
+            let mut gate = gate.clone();
+            rt.spawn(RootOptions::default(), move |_ctx| async move {
+                let _ = gate.wait_for(|go| *go).await;
+                Ok(text("held"))
+            })
+        })
+        .collect();
+    until(|| rt.running_handlers() == 2).await;
+    let queued: Vec<TaskId> = (0..3)
+        .map(|_| rt.spawn(RootOptions::default(), |_ctx| async move { Ok(text("queued")) }))
+        .collect();
+    for (place, id) in queued.iter().enumerate() {
+        let t = rt.get(*id, V).unwrap();
+        assert_eq!(t.status(), TaskStatus::Working);
+        let message = t.task().status_message.clone().unwrap_or_default();
+        assert!(
+            message.starts_with("queued: waiting for a scheduler slot")
+                && message.contains(&format!("place {} in the queue", place + 1))
+                && message.contains("at most 2 handlers run at once"),
+            "{message}"
+        );
+    }
+    go.send(true).unwrap();
+    for id in holders.into_iter().chain(queued) {
+        let t = rt.wait(id, V).await.unwrap();
+        assert_eq!(t.status(), TaskStatus::Completed);
+        assert_eq!(t.task().status_message, None, "the queue message is gone");
+    }
+}

@@ -219,6 +219,35 @@ impl TaskContext {
         super::scheduler::parked(&self.inner, &self.cell, self.tree.root, fut).await
     }
 
+    /// Awaits `fut`, a wait on something outside the runtime (an LLM or
+    /// HTTP call, a database query, a sleep), with this handler's scheduler
+    /// slot given back meanwhile, and takes a slot again before returning.
+    ///
+    /// A handler holds one of the runtime's
+    /// [`max_running`](super::RuntimeConfig::max_running) slots while it
+    /// runs; a handler that spends minutes awaiting a remote answer while
+    /// holding its slot keeps new tasks queued behind it. Wrap such waits:
+    ///
+    /// ```no_run
+    /// # async fn llm(_: &str) -> String { String::new() }
+    /// # async fn handler(ctx: subtask::runtime::TaskContext) {
+    /// let answer = ctx.external(llm("summarise the sources")).await;
+    /// # }
+    /// ```
+    ///
+    /// Only the wait is outside the limit: CPU-heavy work belongs outside
+    /// this call (or on `spawn_blocking`). The task stays `working`; pause,
+    /// steer and cancel reach it at its next [`checkpoint`](Self::checkpoint)
+    /// as usual.
+    ///
+    /// # Cancellation safety
+    ///
+    /// Safe to drop and to use in `select!` (with [`cancelled`](Self::cancelled),
+    /// say): a dropped wait takes the slot back at once.
+    pub async fn external<F: Future>(&self, fut: F) -> F::Output {
+        self.parked(fut).await
+    }
+
     /// Sets the status message clients see while the task runs.
     pub fn set_status_message(&self, message: impl Into<String>) {
         let message = message.into();
@@ -539,7 +568,14 @@ impl TaskContext {
                 .collect();
             Ok((
                 id,
-                super::tree::admit(st, now, job, &pending, slot.is_some(), post),
+                super::tree::admit(
+                    st,
+                    now,
+                    job,
+                    &pending,
+                    slot.is_none().then_some(&self.inner.sched),
+                    post,
+                ),
             ))
         })?;
         // The slot is given back (dropped) unless the job starts in it.

@@ -235,7 +235,7 @@ impl Runtime {
             }
             None => inner.with_tree(&tree, |st, now, post| {
                 post.meta = meta;
-                let none = tree::admit(st, now, job, &[], false, post);
+                let none = tree::admit(st, now, job, &[], Some(&inner.sched), post);
                 debug_assert!(none.is_none(), "a root without a slot is queued");
             }),
         }

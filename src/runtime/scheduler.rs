@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
@@ -46,6 +47,9 @@ pub(crate) struct Scheduler {
     max_running: usize,
     per_tree: usize,
     state: Mutex<SchedState>,
+    /// Jobs waiting for a slot (written under `state`'s lock, read without
+    /// it for a queued task's status message).
+    waiting: AtomicUsize,
 }
 
 impl Scheduler {
@@ -58,7 +62,19 @@ impl Scheduler {
                 trees: IdMap::default(),
                 rr: VecDeque::new(),
             }),
+            waiting: AtomicUsize::new(0),
         }
+    }
+
+    /// Jobs waiting for a slot now (queued tasks and parked handlers wanting
+    /// theirs back); read without the scheduler's lock.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// The most handlers allowed to run at once.
+    pub(crate) fn max_running(&self) -> usize {
+        self.max_running
     }
 
     /// Takes a slot for `root` at once if nothing of that tree is waiting and
@@ -111,6 +127,7 @@ impl Scheduler {
         } else {
             q.ready.push_back(job);
         }
+        self.waiting.fetch_add(1, Ordering::Relaxed);
         if !q.in_rr && q.running < self.per_tree {
             q.in_rr = true;
             st.rr.push_back(root);
@@ -163,6 +180,7 @@ impl Scheduler {
                 continue;
             };
             q.running += 1;
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
             if !q.ready.is_empty() && q.running < self.per_tree {
                 st.rr.push_back(root);
             } else {

@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use super::context::{DependencyOutcome, HandlerResult, Started, TaskContext};
 use super::error::RuntimeError;
 use super::inner::Inner;
-use super::scheduler::SlotState;
+use super::scheduler::{Scheduler, SlotState};
 use crate::core::{Effect, Forest, HandlerOutcome, Slot, TaskRecord, TransitionError};
 use crate::model::{JsonObject, TaskId, Timestamp};
 use crate::store::{Ticket, TreeMeta, WriteBatch, WriteOp};
@@ -700,15 +700,15 @@ impl Inner {
 /// The last step of creating a task, roots and subtasks alike, under the
 /// tree lock once the forest holds the task: a task whose dependencies are
 /// pending waits for them; a task created with a slot
-/// ([`CreationSlot`](super::scheduler::CreationSlot)) is handed back to start
-/// in it after the lock; any other queues for a slot, saying so in its status
-/// message.
+/// ([`CreationSlot`](super::scheduler::CreationSlot); `queue` is then
+/// `None`) is handed back to start in it after the lock; any other queues
+/// for a slot of `queue`, saying so (and its place) in its status message.
 pub(crate) fn admit(
     st: &mut TreeState,
     now: Timestamp,
     job: StartJob,
     pending: &[TaskId],
-    has_slot: bool,
+    queue: Option<&Scheduler>,
     post: &mut Post,
 ) -> Option<StartJob> {
     let id = job.id;
@@ -728,14 +728,23 @@ pub(crate) fn admit(
         );
         return None;
     }
-    if has_slot {
+    let Some(sched) = queue else {
         return Some(job);
-    }
-    let _ = st
-        .forest
-        .set_status_message(now, id, Some("queued: waiting for a scheduler slot".to_owned()));
+    };
+    let _ = st.forest.set_status_message(now, id, Some(queued_message(sched)));
     post.submit(job, false);
     None
+}
+
+/// The status message of a task queued for a scheduler slot: its place in
+/// the queue as it joins it (jobs already waiting, plus itself) and the
+/// limit that holds it back.
+fn queued_message(sched: &Scheduler) -> String {
+    format!(
+        "queued: waiting for a scheduler slot (place {} in the queue; at most {} handlers run at once)",
+        sched.waiting() + 1,
+        sched.max_running()
+    )
 }
 
 /// A dependency of `dependent` became terminal.
