@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use subtask::runtime::{Runtime, RuntimeConfig};
-use subtask::server::{ClusterConfig, Server, ServerConfig, TokenTable};
+use subtask::server::{ClusterConfig, Server, ServerConfig, ServerLimits, TokenTable};
 use subtask::store::{
     Durability, Membership, PostgresConfig, PostgresStore, Registration, SqliteConfig, SqliteStore, TaskStore,
 };
@@ -63,6 +63,12 @@ enum Command {
         /// `synchronous_commit = off` (survives a process crash only).
         #[arg(long, default_value = "full", value_parser = ["full", "relaxed"])]
         durability: String,
+        /// With a SQLite --db: the most the database may grow to, in bytes
+        /// or with a unit (`512MiB`, `2GiB`). When it is full, new work is
+        /// refused with a clear error and reads go on, as on a full disk
+        /// (docs/durability.md, "Full disk").
+        #[arg(long = "db-max-size", value_parser = parse_size)]
+        db_max_size: Option<u64>,
         /// With a PostgreSQL --db: this instance's id in the cluster of
         /// instances on that database (random when not given). A restart
         /// with the same id takes that id's trees back at once.
@@ -73,6 +79,8 @@ enum Command {
         /// take its trees over once it expires.
         #[arg(long, default_value_t = 5.0)]
         lease: f64,
+        #[command(flatten)]
+        limits: LimitArgs,
     },
     /// Print the protocol surface this build implements.
     Info,
@@ -141,8 +149,10 @@ fn main() -> ExitCode {
             db,
             memory,
             durability,
+            db_max_size,
             instance_id,
             lease,
+            limits,
         } => {
             if !(lease.is_finite() && (0.3..=3600.0).contains(&lease)) {
                 eprintln!("subtask: --lease must be between 0.3 and 3600 seconds");
@@ -169,6 +179,7 @@ fn main() -> ExitCode {
                     } else {
                         StoreChoice::Sqlite(SqliteConfig {
                             durability,
+                            max_size: db_max_size,
                             ..SqliteConfig::new(db)
                         })
                     },
@@ -181,7 +192,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(3);
                 }
             };
-            match rt.block_on(serve(listen, tokens, stdio, allow_hosts, store)) {
+            match rt.block_on(serve(listen, tokens, stdio, allow_hosts, store, limits)) {
                 Ok(Served::Stopped) => ExitCode::SUCCESS,
                 Ok(Served::LostLease) => {
                     eprintln!(
@@ -197,6 +208,68 @@ fn main() -> ExitCode {
                     ExitCode::from(3)
                 }
             }
+        }
+    }
+}
+
+/// A size in bytes: a whole number with an optional unit (`K`/`KiB`,
+/// `M`/`MiB`, `G`/`GiB`: powers of 1024; `B` or none: bytes).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (a whole number of bytes, or with KiB, MiB, GiB)"))?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" | "kb" => 1 << 10,
+        "m" | "mib" | "mb" => 1 << 20,
+        "g" | "gib" | "gb" => 1 << 30,
+        other => return Err(format!("unknown size unit {other:?} (use KiB, MiB or GiB)")),
+    };
+    match n.checked_mul(scale) {
+        Some(0) => Err("must be more than 0 bytes".to_owned()),
+        Some(v) => Ok(v),
+        None => Err(format!("{s:?} is too large")),
+    }
+}
+
+/// The limits of `serve`: how much may run and live at once.
+#[derive(Debug, clap::Args)]
+struct LimitArgs {
+    /// Handlers that may run at once across all trees. A handler parked at
+    /// a safe point, awaiting input or a subtask, or inside
+    /// `TaskContext::external` (a wait on a model or a remote service)
+    /// holds no slot. Tasks beyond it queue and say so in their status message.
+    #[arg(long = "max-running", default_value_t = RuntimeConfig::default().max_running, value_parser = positive)]
+    max_running: usize,
+    /// Handlers of one tree that may run at once, so one huge fan-out cannot
+    /// take every slot.
+    #[arg(long = "max-running-per-tree", default_value_t = RuntimeConfig::default().max_running_per_tree, value_parser = positive)]
+    max_running_per_tree: usize,
+    /// Non-terminal tasks one principal may own at once; a creation beyond
+    /// it is refused with a clear error.
+    #[arg(long = "max-live-per-principal", default_value_t = ServerLimits::default().max_live_tasks_per_principal, value_parser = positive)]
+    max_live_per_principal: usize,
+}
+
+/// A whole number of at least 1.
+fn positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl LimitArgs {
+    /// The runtime configuration these limits give.
+    fn runtime(&self) -> RuntimeConfig {
+        RuntimeConfig {
+            max_running: self.max_running,
+            max_running_per_tree: self.max_running_per_tree,
+            ..RuntimeConfig::default()
         }
     }
 }
@@ -250,11 +323,13 @@ async fn serve(
     stdio: bool,
     allow_hosts: Vec<String>,
     store: Option<StoreChoice>,
+    limits: LimitArgs,
 ) -> Result<Served, String> {
     let mut config = ServerConfig {
         allowed_hosts: allow_hosts,
         ..ServerConfig::default()
     };
+    config.limits.max_live_tasks_per_principal = limits.max_live_per_principal;
     match tokens {
         Some(path) => {
             let text = std::fs::read_to_string(&path)
@@ -274,14 +349,14 @@ async fn serve(
     let runtime = match store {
         None => {
             tracing::warn!("--memory: tasks are kept in memory only and are lost when the server stops");
-            Runtime::new(RuntimeConfig::default())
+            Runtime::new(limits.runtime())
         }
         Some(choice) => {
             let (store, member) = tokio::task::spawn_blocking(move || choice.open())
                 .await
                 .map_err(|e| e.to_string())??;
             tracing::info!(store = %store.describe(), "tasks are durable");
-            let runtime = Runtime::with_store(RuntimeConfig::default(), store);
+            let runtime = Runtime::with_store(limits.runtime(), store);
             if let Some((registration, _)) = &member {
                 // Before recovery starts any handler: none runs past the lease.
                 runtime.set_lease(registration.gate.clone());

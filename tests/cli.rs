@@ -34,6 +34,11 @@ impl Drop for ServeProcess {
 }
 
 fn serve() -> ServeProcess {
+    serve_with(&[])
+}
+
+/// `subtask serve` with `extra` flags.
+fn serve_with(extra: &[&str]) -> ServeProcess {
     // Each test's server keeps its tasks to itself: in memory when this build
     // of `serve` has a durable store (`--memory`), otherwise by default.
     let help = Command::new(BIN)
@@ -44,6 +49,7 @@ fn serve() -> ServeProcess {
     if String::from_utf8_lossy(&help.stdout).contains("--memory") {
         args.push("--memory");
     }
+    args.extend_from_slice(extra);
     let mut child = Command::new(BIN)
         .args(&args)
         .env("RUST_LOG", "info")
@@ -709,4 +715,63 @@ fn call_on_a_terminal_asks_for_input_and_sends_the_answer() {
         tree["subtasks"][0]["result"]["structuredContent"]["input"],
         json!({"action": "accept", "content": {"confirm": true}})
     );
+}
+
+/// `serve`'s limits are flags. With two handler slots, 33 fanout nodes
+/// whose minute-long steps wait outside the runtime
+/// (`TaskContext::external`) hold none of them, so a quick task created
+/// after them completes at once; the live-task limit refuses the task over
+/// it; a limit of 0 is a usage error.
+#[test]
+fn serve_limits_are_flags_and_waiting_handlers_hold_no_slot() {
+    let s = serve_with(&[
+        "--max-running",
+        "2",
+        "--max-running-per-tree",
+        "2",
+        "--max-live-per-principal",
+        "34",
+    ]);
+    let long = r#"{"width":10,"depth":1,"steps":1,"stepMs":60000}"#;
+    let trees: Vec<Background> = (0..3)
+        .map(|_| call_in_background(&s.url, &["fanout", long]))
+        .collect();
+    for t in &trees {
+        // Every node of the tree is in its step: it ran (took a slot) and
+        // now waits with the slot given back.
+        until_tree(&s.url, t.id, |v| {
+            let kids = v["subtasks"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+            kids.len() == 10
+                && std::iter::once(v).chain(kids).all(|n| {
+                    n["status"] == "working"
+                        && n["statusMessage"]
+                            .as_str()
+                            .is_some_and(|m| m.ends_with("step 1/1"))
+                })
+        });
+    }
+    let quick = call_in_background(&s.url, &["fanout", r#"{"width":0,"steps":0}"#]);
+    let (exit, _) = quick.finish();
+    assert_eq!(exit, 0, "the quick task completes while 33 handlers wait");
+
+    // 33 live; one more long task makes 34, the limit.
+    let last = call_in_background(&s.url, &["fanout", r#"{"width":0,"steps":1,"stepMs":60000}"#]);
+    until_tree(&s.url, last.id, |v| v["status"] == "working");
+    let o = cli(&s.url, &["call", "fanout", r#"{"width":0,"steps":0}"#]);
+    assert_ne!(code(&o), 0, "over the live-task limit: {}", stdout(&o));
+    assert!(
+        stderr(&o).contains("limit of 34 live tasks"),
+        "the refusal names the limit: {}",
+        stderr(&o)
+    );
+    for t in trees.iter().map(|t| t.id).chain([last.id]) {
+        assert_eq!(code(&cli(&s.url, &["cancel", &t.to_string()])), 0);
+    }
+
+    let o = Command::new(BIN)
+        .args(["serve", "--memory", "--max-running", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("must be at least 1"));
 }

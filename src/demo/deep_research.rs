@@ -234,9 +234,12 @@ fn why(outcome: &TaskOutcome) -> String {
     }
 }
 
-/// Sleeps `ms` milliseconds slowed down by `pace`.
-async fn pause_ms(pace: u32, ms: u64) {
-    tokio::time::sleep(Duration::from_millis(ms.saturating_mul(u64::from(pace)))).await;
+/// Sleeps `ms` milliseconds slowed down by `pace`: the stand-in for a call
+/// to a search engine or a model, so the handler gives its scheduler slot
+/// back meanwhile ([`TaskContext::external`]).
+async fn pause_ms(ctx: &TaskContext, pace: u32, ms: u64) {
+    let ms = ms.saturating_mul(u64::from(pace));
+    ctx.external(tokio::time::sleep(Duration::from_millis(ms))).await;
 }
 
 // ----- the plan ----------------------------------------------------------------------
@@ -420,7 +423,7 @@ async fn root(ctx: TaskContext, args: ResearchArgs) -> HandlerResult {
     });
     let n = DOCUMENTS.len();
     ctx.set_status_message(format!("planning: scoring {n} documents against the question"));
-    pause_ms(args.pace, 200).await;
+    pause_ms(&ctx, args.pace, 200).await;
     let mut pending = ctx.checkpoint().await?;
     let planned = plan(&args.question, args.breadth as usize);
     let list: Vec<&str> = planned.iter().map(|s| s.question.as_str()).collect();
@@ -432,7 +435,7 @@ async fn root(ctx: TaskContext, args: ResearchArgs) -> HandlerResult {
     for sq in planned {
         spawn_top_level(&ctx, &shared, sq, false)?;
     }
-    pause_ms(args.pace, 150).await;
+    pause_ms(&ctx, args.pace, 150).await;
 
     // Research until every top-level sub-question is done, re-planning on steers.
     let mut steers = Vec::new();
@@ -441,7 +444,7 @@ async fn root(ctx: TaskContext, args: ResearchArgs) -> HandlerResult {
         for steer in pending.drain(..) {
             replan(&ctx, &shared, &steer)?;
             steers.push(steer);
-            pause_ms(args.pace, 200).await;
+            pause_ms(&ctx, args.pace, 200).await;
         }
         let (next, status) = {
             let plan = shared.plan.lock();
@@ -463,7 +466,7 @@ async fn root(ctx: TaskContext, args: ResearchArgs) -> HandlerResult {
         // before it ran never marks itself done, so its outcome does.
         tokio::select! {
             _ = next.outcome() => *phase.lock() = Phase::Done,
-            () = pause_ms(1, 250) => {}
+            () = pause_ms(&ctx, 1, 250) => {}
         }
     }
 
@@ -648,7 +651,7 @@ async fn search(ctx: TaskContext, sq: SubQuestion, pace: u32) -> HandlerResult {
         ctx.checkpoint().await?;
         let last = (first + 3).min(pool);
         ctx.set_status_message(format!("searching: scanning documents {first}-{last} of {pool}"));
-        pause_ms(pace, 100).await;
+        pause_ms(&ctx, pace, 100).await;
     }
     let hits = corpus::search(&sq.keywords, sq.topic, 3);
     let titles: Vec<&str> = hits.iter().map(|(d, _)| d.title).collect();
@@ -676,12 +679,12 @@ async fn read(ctx: TaskContext, sq: SubQuestion, pace: u32) -> HandlerResult {
         .filter_map(|h| h["docId"].as_str().and_then(corpus::document))
         .collect();
     ctx.set_status_message(format!("reading {} sources", docs.len()));
-    pause_ms(pace, 150).await;
+    pause_ms(&ctx, pace, 150).await;
     let mut notes = Vec::new();
     for (i, d) in docs.iter().enumerate() {
         ctx.checkpoint().await?;
         ctx.set_status_message(format!("reading {}/{}: {}", i + 1, docs.len(), d.title));
-        pause_ms(pace, 200).await;
+        pause_ms(&ctx, pace, 200).await;
         let excerpt = corpus::excerpt(&d.body, &sq.keywords, 2);
         notes.push(Note {
             doc_id: d.id.into(),
@@ -702,10 +705,10 @@ async fn summarize(ctx: TaskContext, pace: u32) -> HandlerResult {
     };
     ctx.checkpoint().await?;
     ctx.set_status_message(format!("condensing {} notes", notes.len()));
-    pause_ms(pace, 200).await;
+    pause_ms(&ctx, pace, 200).await;
     ctx.checkpoint().await?;
     ctx.set_status_message("checking citations");
-    pause_ms(pace, 100).await;
+    pause_ms(&ctx, pace, 100).await;
     let summary = if notes.is_empty() {
         "No document in the corpus addresses this.".to_owned()
     } else {
@@ -751,7 +754,7 @@ async fn synthesize(
         "collecting {} sub-question outcomes",
         ctx.dependencies().len()
     ));
-    pause_ms(pace, 150).await;
+    pause_ms(&ctx, pace, 150).await;
     ctx.checkpoint().await?;
     // Focused sub-questions first, then plan order; follow-ups after their parent.
     let mut order = planned.clone();
@@ -850,7 +853,7 @@ async fn synthesize(
         "writing the answer from {} sub-questions",
         sub_questions.len()
     ));
-    pause_ms(pace, 200).await;
+    pause_ms(&ctx, pace, 200).await;
     ctx.checkpoint().await?;
 
     let mut t = format!("Question: {question}\n");

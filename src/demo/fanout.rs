@@ -328,7 +328,10 @@ fn node(
         for step in 1..=args.steps {
             steers.extend(ctx.checkpoint().await?);
             ctx.set_status_message(format!("node {path}: step {step}/{}", args.steps));
-            tokio::time::sleep(Duration::from_millis(args.step_ms)).await;
+            // A step's work stands for a wait on something outside the
+            // runtime (a model, a remote service): the slot goes back meanwhile.
+            ctx.external(tokio::time::sleep(Duration::from_millis(args.step_ms)))
+                .await;
         }
 
         let mut fold = Fold {
