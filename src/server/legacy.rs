@@ -452,6 +452,7 @@ impl Server {
             };
             return Ok(result_reply(&ctx.id, task_object(&snap)));
         }
+        self.writable()?;
         let _ = rt.cancel(id).map_err(runtime_error)?;
         // The text wants the task `cancelled` before the answer: wait for
         // the subtree to wind down (leaves first), within a bound.
@@ -502,6 +503,9 @@ impl Server {
         let rt = &self.inner.runtime;
         let mut answers = InputResponses::new();
         answers.insert(key.to_owned(), resp.result);
+        if let Err(e) = self.writable() {
+            return error_reply(500, None, e);
+        }
         // Keys no longer outstanding are ignored (I9), like a repeated update.
         if let Err(e) = rt.update(id, answers) {
             return error_reply(400, None, runtime_error(e));

@@ -103,10 +103,19 @@ pub(crate) fn invalid(message: impl Into<String>) -> ErrorObject {
 }
 
 pub(crate) fn store_error(e: StoreError) -> ErrorObject {
-    ErrorObject::new(
-        ErrorCode::INTERNAL_ERROR,
-        format!("the change could not be made durable: {e}"),
-    )
+    match e {
+        // Not sticky: what is refused, and until when (the path and
+        // SQLite's words are in the server's log, not for clients).
+        StoreError::Full(_) => ErrorObject::new(
+            ErrorCode::INTERNAL_ERROR,
+            "the task store is full: new tasks and changes are refused until space is freed              (nothing acknowledged is lost; a task's changes since then are shown once they are durable)",
+        )
+        .with_data(serde_json::json!({"reason": "store_full"})),
+        e => ErrorObject::new(
+            ErrorCode::INTERNAL_ERROR,
+            format!("the change could not be made durable: {e}"),
+        ),
+    }
 }
 
 pub(crate) fn runtime_error(e: RuntimeError) -> ErrorObject {

@@ -21,6 +21,16 @@ impl Server {
         self.inner.owners.of(principal)
     }
 
+    /// `Ok` when the store can take new work: a new task or a client's
+    /// command is refused before it changes anything while the store is
+    /// full (or failed).
+    pub(crate) fn writable(&self) -> Result<(), ErrorObject> {
+        match self.inner.runtime.store() {
+            Some(store) => store.writable().map_err(store_error),
+            None => Ok(()),
+        }
+    }
+
     /// Resolves a task id the caller may see; unknown, malformed and foreign
     /// ids are indistinguishable.
     pub(crate) fn visible_task(&self, raw: &str, principal: &Principal) -> Result<TaskId, ErrorObject> {
@@ -130,6 +140,8 @@ impl Server {
         let Ok(id) = self.visible_task(&raw, &ctx.principal) else {
             return Ok(None);
         };
+        // Nothing is changed that the store cannot keep now.
+        self.writable()?;
         let applied = self
             .inner
             .runtime

@@ -174,6 +174,8 @@ impl Server {
             }
             _ => ttl_ms.or(self.inner.config.default_task_ttl_ms),
         };
+        // A store that cannot keep a new task refuses it before it starts.
+        self.writable()?;
         let id = self.start_task(&ctx.principal, &tool, &call, body, ttl_ms)?;
         let returns_task = match mode {
             CallMode::Modern => ctx.tasks.is_some(),
@@ -192,7 +194,7 @@ impl Server {
             // with everything the snapshot shows: the handler may have
             // created subtasks (listed in `childTaskIds`) after the task's
             // own batch, so wait after reading it.
-            self.inner.runtime.flushed(id).await.map_err(store_error)?;
+            self.created_durably(id).await?;
             let result = if legacy {
                 serde_json::to_value(crate::model::LegacyCreateTaskResult {
                     task: super::legacy::legacy_task(&seed(snap)),
@@ -205,7 +207,7 @@ impl Server {
             };
             return Ok(result_reply(&ctx.id, result));
         }
-        self.inner.runtime.flushed(id).await.map_err(store_error)?;
+        self.created_durably(id).await?;
         // A client that did not ask for a task gets the final result; if it
         // goes away, the task is cancelled.
         let guard = CancelOnDrop {
@@ -228,6 +230,21 @@ impl Server {
             _ => super::tool::error_result(format!("{name} was cancelled before it finished")),
         };
         Ok(result_reply(&ctx.id, complete(result, legacy)))
+    }
+
+    /// Waits until the new task `id` is durable. When the store cannot
+    /// make it so (it filled up, or failed, after the task was admitted)
+    /// the caller is refused, and the task, which nobody was told about,
+    /// is cancelled so that its handler does not run on: if the store is
+    /// only full, it lands later as a cancelled task that expires with its
+    /// TTL.
+    async fn created_durably(&self, id: TaskId) -> Result<(), ErrorObject> {
+        let rt = &self.inner.runtime;
+        if let Err(e) = rt.flushed(id).await {
+            let _ = rt.cancel(id);
+            return Err(store_error(e));
+        }
+        Ok(())
     }
 
     /// An MRTR round (`InputRequiredResult`) of tool or prompt `name`, its

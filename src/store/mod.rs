@@ -28,6 +28,13 @@
 //! * **Failure.** A batch that cannot be written fails its ticket and every
 //!   later one: the store stops accepting state it cannot keep, and
 //!   `wait_durable` reports the error from then on.
+//! * **Full.** A batch that cannot be written *for lack of space* is the
+//!   exception: it is kept and written again (in order, with every later
+//!   batch behind it) until space returns. Meanwhile the store reports
+//!   [`StoreError::Full`]: from [`TaskStore::writable`], so that new work
+//!   is refused before it starts, and from `is_durable` / `wait_durable` for
+//!   the held tickets, at once instead of waiting. Nothing is dropped: once
+//!   a write succeeds again the held tickets become durable as usual.
 //! * **Non-blocking submit.** `submit` never waits for I/O: it is called
 //!   under a tree lock.
 //! * **Versions.** Every stored task carries the version of the batch that
@@ -193,6 +200,10 @@ pub enum StoreError {
     Locked(String),
     /// The store failed earlier and accepts no more writes.
     Failed(String),
+    /// The database has no space left (the disk is full, or its size
+    /// limit is reached). Not sticky: the writes are kept and land once
+    /// space returns.
+    Full(String),
 }
 
 impl fmt::Display for StoreError {
@@ -206,6 +217,7 @@ impl fmt::Display for StoreError {
             ),
             StoreError::Locked(m) => write!(f, "the database is in use: {m}"),
             StoreError::Failed(m) => write!(f, "the store failed earlier and is read-only: {m}"),
+            StoreError::Full(m) => write!(f, "the task store is full: {m}"),
         }
     }
 }
@@ -230,6 +242,19 @@ pub trait TaskStore: Send + Sync + 'static {
     /// The latest ticket handed out.
     fn last_ticket(&self) -> Ticket;
 
+    /// `Ok` when new work may start: the store is neither failed nor
+    /// full. A caller refuses a new task (or a client's command) with this
+    /// error rather than creating state the store cannot keep now. The
+    /// default (a store that never fills) is always `Ok`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Full`] while writes are held for lack of space; the
+    /// sticky failure of a failed store.
+    fn writable(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Every tree that is not deleted (blocking; for start-up). Waits for
     /// batches submitted before the call.
     ///
@@ -250,11 +275,14 @@ pub trait TaskStore: Send + Sync + 'static {
 }
 
 /// The durable watermark shared by a backend and its waiters: tickets up to
-/// it are durable; a failure is sticky.
+/// it are durable; a failure is sticky; a hold (the store is full) is not.
 #[derive(Debug, Default)]
 pub struct Watermark {
     durable: AtomicU64,
     failed: Mutex<Option<(u64, StoreError)>>,
+    /// Tickets from this one on are held back for lack of space: they
+    /// report the error until the hold is lifted (see [`Watermark::hold`]).
+    held: Mutex<Option<(u64, StoreError)>>,
     /// Wakers by the ticket they wait for: an advance wakes only the
     /// waiters it satisfies.
     waiters: Mutex<std::collections::BTreeMap<u64, Vec<Waker>>>,
@@ -292,16 +320,55 @@ impl Watermark {
         }
     }
 
+    /// Ticket `t` and every later one are held back with `e` (the store
+    /// is full; they are kept and retried): until [`Watermark::lift`],
+    /// they report `e` instead of waiting, and waiters are woken to see
+    /// it. Called again, it moves the hold (the held tickets before the
+    /// new `t` were written meanwhile).
+    pub fn hold(&self, t: Ticket, e: StoreError) {
+        *self.held.lock() = Some((t.0, e));
+        let all = std::mem::take(&mut *self.waiters.lock());
+        for waker in all.into_values().flatten() {
+            waker.wake();
+        }
+    }
+
+    /// Ends a hold: the held tickets were written and become durable as
+    /// usual.
+    pub fn lift(&self) {
+        *self.held.lock() = None;
+    }
+
+    /// `Ok` when new work may start.
+    ///
+    /// # Errors
+    ///
+    /// The sticky failure, or the error of the current hold.
+    pub fn writable(&self) -> Result<(), StoreError> {
+        if let Some((_, e)) = &*self.failed.lock() {
+            return Err(e.clone());
+        }
+        match &*self.held.lock() {
+            Some((_, e)) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
     /// `Ok(true)` when `t` is durable.
     ///
     /// # Errors
     ///
-    /// The store failed at or before `t`.
+    /// The store failed at or before `t`, or `t` is held back (full).
     pub fn check(&self, t: Ticket) -> Result<bool, StoreError> {
         if self.durable.load(Ordering::Acquire) >= t.0 {
             return Ok(true);
         }
-        match &*self.failed.lock() {
+        if let Some((at, e)) = &*self.failed.lock()
+            && *at <= t.0
+        {
+            return Err(e.clone());
+        }
+        match &*self.held.lock() {
             Some((at, e)) if *at <= t.0 => Err(e.clone()),
             _ => Ok(false),
         }

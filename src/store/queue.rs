@@ -96,6 +96,19 @@ impl<C: 'static> WriteQueue<C> {
             .map_err(|_| StoreError::Failed("the store's writer thread stopped".into()))?
     }
 
+    /// Waits `d` (the writer, before writing a batch again that did not
+    /// fit); `false`, at once, when the store is closing.
+    pub(crate) fn pause_unless_closing(&self, d: std::time::Duration) -> bool {
+        let until = std::time::Instant::now() + d;
+        let mut q = self.queue.lock();
+        while !q.closing {
+            if self.wake.wait_until(&mut q, until).timed_out() {
+                return !q.closing;
+            }
+        }
+        false
+    }
+
     /// Asks the writer to stop once everything queued is done.
     pub(crate) fn close(&self) {
         self.queue.lock().closing = true;

@@ -70,6 +70,15 @@ pub struct SqliteConfig {
     /// transaction and one fsync (inside SQLite's commit, no syncer stage)
     /// per batch: the baseline group commit is measured against.
     pub max_batches_per_commit: usize,
+    /// The most bytes the database's pages may take (SQLite's
+    /// `max_page_count`, rounded down to whole pages; `None`: no limit but
+    /// the disk's). When it is reached the store is full, as on a full
+    /// disk: new work is refused and held writes land once space returns
+    /// (`docs/durability.md`, "Full disk"). It bounds the database file,
+    /// not its write-ahead log, which grows by up to the checkpoint
+    /// interval (32 MiB) beside it. A database already larger opens, but
+    /// only writes that fit in its free pages succeed.
+    pub max_size: Option<u64>,
 }
 
 impl SqliteConfig {
@@ -79,6 +88,7 @@ impl SqliteConfig {
             path: path.into(),
             durability: Durability::Full,
             max_batches_per_commit: usize::MAX,
+            max_size: None,
         }
     }
 }
@@ -132,12 +142,15 @@ fn io(e: impl std::fmt::Display) -> StoreError {
     StoreError::Io(e.to_string())
 }
 
-/// Maps SQLite's "not a database" and "malformed" to [`StoreError::Corrupt`].
+/// Maps SQLite's "not a database" and "malformed" to [`StoreError::Corrupt`],
+/// and `SQLITE_FULL` (a full disk, `ENOSPC` on a write, or `max_page_count`
+/// reached) to [`StoreError::Full`].
 fn sql(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
     move |e| match e.sqlite_error_code() {
         Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt) => {
             StoreError::Corrupt(format!("{}: {e}", path.display()))
         }
+        Some(rusqlite::ErrorCode::DiskFull) => StoreError::Full(format!("{}: {e}", path.display())),
         _ => StoreError::Io(format!("{}: {e}", path.display())),
     }
 }
@@ -209,7 +222,7 @@ impl SqliteStore {
         // commit: the baseline group commit is measured against.
         let pipelined = config.durability == Durability::Full && max > 1;
         let fsync_in_commit = config.durability == Durability::Full && !pipelined;
-        prepare(&mut conn, &path, fsync_in_commit)?;
+        prepare(&mut conn, &path, fsync_in_commit, config.max_size)?;
         let writer = Writer::open(conn, &path)?;
         let sync = if pipelined {
             let wal_path = {
@@ -299,9 +312,24 @@ impl Drop for SqliteStore {
 /// `fsync_in_commit` chooses `synchronous=FULL` (SQLite fsyncs in every
 /// commit) or `NORMAL` (the WAL is fsynced only before checkpoints; the
 /// syncer stage or nobody does the rest).
-fn prepare(conn: &mut Connection, path: &Path, fsync_in_commit: bool) -> Result<(), StoreError> {
+fn prepare(
+    conn: &mut Connection,
+    path: &Path,
+    fsync_in_commit: bool,
+    max_size: Option<u64>,
+) -> Result<(), StoreError> {
     let e = sql(path);
     conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(&e)?;
+    if let Some(bytes) = max_size {
+        // Per connection, not stored in the file: set at every open.
+        let page: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0)).map_err(&e)?;
+        let pages = i64::try_from(bytes / page.max(1) as u64)
+            .unwrap_or(i64::MAX)
+            .max(1);
+        let _set: i64 = conn
+            .query_row(&format!("PRAGMA max_page_count={pages}"), [], |r| r.get(0))
+            .map_err(&e)?;
+    }
     let app: i64 = conn
         .query_row("PRAGMA application_id", [], |r| r.get(0))
         .map_err(&e)?;
@@ -506,6 +534,18 @@ impl Writer {
         Ok(Folded { deleted, new_rows })
     }
 
+    /// Checkpoints the whole write-ahead log into the database and
+    /// truncates it to zero bytes (`wal_checkpoint(TRUNCATE)`; the log is
+    /// synced before and the database after, so nothing committed is put
+    /// at risk). `true` when it did; `false` when it could not (no room
+    /// for the database to grow: the log stays valid and is used as is).
+    fn truncate_log(&mut self) -> bool {
+        let r = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0));
+        matches!(r, Ok(0))
+    }
+
     /// Brings the maps up to a committed transaction.
     fn fold(&mut self, f: Folded) {
         for root in f.deleted {
@@ -528,9 +568,19 @@ struct Folded {
 
 /// Moves queued writes into `group` (at most `max`), or takes the read job
 /// at the front when `group` is empty. Reads never overtake writes.
+///
+/// A commit that fails for lack of space ([`StoreError::Full`]) holds the
+/// store: the group's waiters (and every later one) learn it at once, new
+/// work is refused ([`TaskStore::writable`]), and the writer commits the
+/// rest of the group one batch at a time, in order, retrying the first
+/// that does not fit with a backoff (5 ms doubling to [`FULL_RETRY_MAX`])
+/// until it does. Whatever fits lands meanwhile (an update in a page with
+/// room, the delete of an expired tree); the hold ends when the whole
+/// group is written. Any other failure is sticky.
 fn writer_loop(mut w: Writer, shared: &Shared, max: usize, path: &Path) {
     let mut group: Vec<(u64, WriteBatch)> = Vec::new();
     let mut failed = false;
+    let mut full = false;
     let debug = std::env::var_os("SUBTASK_STORE_DEBUG").is_some();
     let (mut groups, mut batches, mut busy) = (0u64, 0u64, std::time::Duration::ZERO);
     loop {
@@ -552,41 +602,98 @@ fn writer_loop(mut w: Writer, shared: &Shared, max: usize, path: &Path) {
             }
             Next::Commit => {}
         }
-        let (Some(first), Some(last)) = (group.first().map(|g| g.0), group.last().map(|g| g.0)) else {
-            continue;
-        };
         if failed {
             group.clear();
             continue;
         }
-        let t0 = std::time::Instant::now();
-        let r = w.commit(&group, path);
-        groups += 1;
-        batches += group.len() as u64;
-        busy += t0.elapsed();
-        match r {
-            Ok(folded) => {
-                match &shared.sync {
-                    // Durable once the syncer's next fsync returns.
-                    Some(sync) => {
-                        sync.state.lock().committed = last;
-                        sync.wake.notify_one();
+        let mut from = 0;
+        let mut retry = FULL_RETRY_MIN;
+        while from < group.len() {
+            // While full, one batch at a time: whatever fits lands, in order.
+            let to = if full { from + 1 } else { group.len() };
+            let part = &group[from..to];
+            let (first, last) = (part[0].0, part[part.len() - 1].0);
+            let t0 = std::time::Instant::now();
+            let r = w.commit(part, path);
+            groups += 1;
+            batches += part.len() as u64;
+            busy += t0.elapsed();
+            match r {
+                Ok(folded) => {
+                    match &shared.sync {
+                        // Durable once the syncer's next fsync returns.
+                        Some(sync) => {
+                            sync.state.lock().committed = last;
+                            sync.wake.notify_one();
+                        }
+                        // Durable now: release the writers first; the writer's
+                        // own maps can wait.
+                        None => shared.queue.mark.advance(Ticket(last)),
                     }
-                    // Durable now: release the writers first; the writer's
-                    // own maps can wait.
-                    None => shared.queue.mark.advance(Ticket(last)),
+                    w.fold(folded);
+                    from = to;
+                    if full && let Some(next) = group.get(from) {
+                        // The hold moves past what was just written.
+                        if let Err(e) = shared.queue.mark.writable() {
+                            shared.queue.mark.hold(Ticket(next.0), e);
+                        }
+                        retry = FULL_RETRY_MIN;
+                    }
                 }
-                w.fold(folded);
+                Err(e @ StoreError::Full(_)) => {
+                    if !full {
+                        full = true;
+                        tracing::error!(
+                            error = %e,
+                            "the task store is full: new work is refused; changes are kept and written once space is freed"
+                        );
+                        shared.queue.mark.hold(Ticket(first), e);
+                    }
+                    if part.len() > 1 {
+                        continue;
+                    }
+                    // Most of a full disk may be the log's old page versions:
+                    // move them into the database and empty the log if the
+                    // little room left allows (a no-op that fails otherwise).
+                    w.truncate_log();
+                    if !shared.queue.pause_unless_closing(retry) {
+                        let e = StoreError::Failed(
+                            "the store closed while it was full; these changes were never written".into(),
+                        );
+                        shared.queue.mark.fail(Ticket(first), e);
+                        failed = true;
+                        break;
+                    }
+                    retry = (retry * 2).min(FULL_RETRY_MAX);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "a store commit failed; no further writes are accepted");
+                    failed = true;
+                    shared.queue.mark.fail(Ticket(first), e);
+                    break;
+                }
             }
-            Err(e) => {
-                tracing::error!(error = %e, "a store commit failed; no further writes are accepted");
-                failed = true;
-                shared.queue.mark.fail(Ticket(first), e);
-            }
+        }
+        if full && !failed {
+            full = false;
+            shared.queue.mark.lift();
+            // The log grew through the episode (up to the checkpoint
+            // interval, 32 MiB) and keeps its size until a checkpoint
+            // resets it: give that space back now that there is room to.
+            let truncated = w.truncate_log();
+            tracing::info!(
+                log_truncated = truncated,
+                "the task store has space again: new work is accepted"
+            );
         }
         group.clear();
     }
 }
+
+/// The first wait before a batch that did not fit is written again...
+const FULL_RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(5);
+/// ...doubling up to this.
+const FULL_RETRY_MAX: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Fsyncs the write-ahead log whenever something was committed since the
 /// last fsync began, then releases the writers of everything committed
