@@ -56,6 +56,9 @@ pub mod client;
 pub mod core;
 #[cfg(feature = "demo")]
 pub mod demo;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod model;
 pub mod prelude;
 #[cfg(feature = "rmcp")]

@@ -19,6 +19,8 @@ pub struct ClientBuilder {
 enum Target {
     Http(String),
     Stdio(tokio::process::Command),
+    #[cfg(feature = "fuzzing")]
+    Scripted(transport::scripted::Responder),
 }
 
 impl ClientBuilder {
@@ -34,6 +36,13 @@ impl ClientBuilder {
     /// killed when the last clone of the client is dropped.
     pub fn stdio(command: tokio::process::Command) -> Self {
         Self::with_target(Target::Stdio(command))
+    }
+
+    /// A client whose requests `responder` answers in process, decoded as
+    /// HTTP answers: for the fuzz harness only (`subtask::fuzzing`).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn scripted(responder: transport::scripted::Responder) -> Self {
+        Self::with_target(Target::Scripted(responder))
     }
 
     fn with_target(target: Target) -> Self {
@@ -91,6 +100,11 @@ impl ClientBuilder {
             Target::Stdio(command) => {
                 Transport::Stdio(transport::stdio::StdioTransport::spawn(command, &self.config)?)
             }
+            #[cfg(feature = "fuzzing")]
+            Target::Scripted(responder) => Transport::Scripted(transport::scripted::ScriptedTransport::new(
+                responder,
+                &self.config,
+            )),
         };
         let mut capabilities = ClientCapabilities::with_tasks(TasksCapability::FULL);
         if self.input.is_some() {

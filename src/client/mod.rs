@@ -71,6 +71,8 @@ pub use journal::TaskJournal;
 pub use tree::{PartialResult, TaskNode, TaskTree};
 pub use watch::{TreeWatch, WatchEvent};
 
+#[cfg(feature = "fuzzing")]
+pub(crate) use transport::scripted;
 use transport::{Outgoing, Transport};
 
 use crate::model::{

@@ -67,6 +67,9 @@ pub use postgres::{
 };
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteConfig, SqliteStore};
+/// The SQLite store's row decoding, for the fuzz harness (`subtask::fuzzing`).
+#[cfg(feature = "fuzzing")]
+pub(crate) use sqlite::{read_back, scratch_database};
 
 use crate::model::TaskId;
 

@@ -801,6 +801,63 @@ fn to_task((id, root, parent, position, version, state): TaskRow) -> Result<Stor
     })
 }
 
+/// Every stored tree, read from the `tasks` table as [`TaskStore::load`]
+/// reads it: each row decoded (a value of the wrong type, a task id that
+/// is not 16 bytes, a negative position or version, an unreadable launch
+/// are [`StoreError::Corrupt`]), then grouped by tree in row order.
+fn read_trees(conn: &Connection) -> Result<Vec<StoredTree>, StoreError> {
+    let e = |x: rusqlite::Error| StoreError::Corrupt(x.to_string());
+    let mut stmt = conn
+        .prepare(
+            "SELECT id, root, parent, position, version, state, owner, resumable, launch FROM tasks
+             ORDER BY seq",
+        )
+        .map_err(e)?;
+    let mut rows = stmt.query([]).map_err(e)?;
+    let mut read = Vec::new();
+    while let Some(r) = rows.next().map_err(e)? {
+        let task = to_task(row_task(r).map_err(e)?)?;
+        if task.parent.is_some() {
+            read.push(Ok((task, None)));
+            continue;
+        }
+        let launch = r
+            .get::<_, Option<String>>(8)
+            .map_err(e)?
+            .map(|l| serde_json::from_str(&l))
+            .transpose()
+            .map_err(|x| StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root)))?;
+        let meta = TreeMeta {
+            root: task.root,
+            owner: r.get(6).map_err(e)?,
+            resumable: r.get::<_, Option<bool>>(7).map_err(e)?.unwrap_or(false),
+            launch,
+        };
+        read.push(Ok((task, Some(meta))));
+    }
+    assemble(read)
+}
+
+/// For the fuzz harness (`subtask::fuzzing`): an in-memory database with
+/// this build's schema, for rows that [`read_back`] reads.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn scratch_database() -> Result<Connection, StoreError> {
+    let conn = Connection::open_in_memory().map_err(io)?;
+    for step in MIGRATIONS {
+        conn.execute_batch(step).map_err(io)?;
+    }
+    Ok(conn)
+}
+
+/// For the fuzz harness: what [`SqliteStore::open`] and then
+/// [`TaskStore::load`] read from `conn`'s rows (the writer's scan of ids,
+/// then every tree).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn read_back(conn: Connection) -> Result<Vec<StoredTree>, StoreError> {
+    let w = Writer::open(conn, Path::new(":memory:"))?;
+    read_trees(&w.conn)
+}
+
 impl TaskStore for SqliteStore {
     fn submit(&self, batch: WriteBatch) -> Ticket {
         self.shared.queue.submit(batch)
@@ -819,41 +876,7 @@ impl TaskStore for SqliteStore {
     }
 
     fn load(&self) -> Result<Vec<StoredTree>, StoreError> {
-        self.shared.queue.read(|w| {
-            let e = |x: rusqlite::Error| StoreError::Corrupt(x.to_string());
-            let mut stmt = w
-                .conn
-                .prepare(
-                    "SELECT id, root, parent, position, version, state, owner, resumable, launch FROM tasks
-                     ORDER BY seq",
-                )
-                .map_err(e)?;
-            let mut rows = stmt.query([]).map_err(e)?;
-            let mut read = Vec::new();
-            while let Some(r) = rows.next().map_err(e)? {
-                let task = to_task(row_task(r).map_err(e)?)?;
-                if task.parent.is_some() {
-                    read.push(Ok((task, None)));
-                    continue;
-                }
-                let launch = r
-                    .get::<_, Option<String>>(8)
-                    .map_err(e)?
-                    .map(|l| serde_json::from_str(&l))
-                    .transpose()
-                    .map_err(|x| {
-                        StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root))
-                    })?;
-                let meta = TreeMeta {
-                    root: task.root,
-                    owner: r.get(6).map_err(e)?,
-                    resumable: r.get::<_, Option<bool>>(7).map_err(e)?.unwrap_or(false),
-                    launch,
-                };
-                read.push(Ok((task, Some(meta))));
-            }
-            assemble(read)
-        })
+        self.shared.queue.read(|w| read_trees(&w.conn))
     }
 
     fn get(&self, id: TaskId) -> Result<Option<StoredTask>, StoreError> {

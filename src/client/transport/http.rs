@@ -116,19 +116,7 @@ impl HttpTransport {
             .map_err(|e| self.send_error(&e))?;
         let status = resp.status().as_u16();
         if is_sse(&resp) {
-            // An answer streamed as SSE: skip request-scoped notifications
-            // until the response arrives (bounded by the request timeout).
-            let mut messages = self.sse_messages(resp, false);
-            while let Some(m) = messages.next().await {
-                let m = m?;
-                if matches!(m, JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)) {
-                    return answer_of(&out.id, m);
-                }
-            }
-            return Err(ClientError::Protocol(format!(
-                "the SSE answer to {} ended without a response",
-                out.method
-            )));
+            return answer_of_sse(self.sse_messages(resp, false), &out).await;
         }
         let body = self.read_body(resp).await?;
         interpret(&out.id, status, &body)
@@ -162,12 +150,7 @@ impl HttpTransport {
             let body = tokio::time::timeout(self.timeout, self.read_body(resp))
                 .await
                 .map_err(|_| ClientError::Timeout("reading the answer to subscriptions/listen".into()))??;
-            return match interpret(&out.id, status, &body) {
-                Ok(_) => Err(ClientError::Protocol(
-                    "subscriptions/listen was answered at once instead of with a stream".to_owned(),
-                )),
-                Err(e) => Err(e),
-            };
+            return Err(listen_answered_at_once(&out.id, status, &body));
         }
         Ok(self.sse_messages(resp, true))
     }
@@ -175,75 +158,115 @@ impl HttpTransport {
     /// The JSON-RPC messages of an SSE body. With `idle`, a stream silent
     /// for longer than the idle timeout ends with an error.
     fn sse_messages(&self, resp: reqwest::Response, idle: bool) -> MessageStream {
-        struct State {
-            body: futures::stream::BoxStream<'static, reqwest::Result<Bytes>>,
-            decoder: SseDecoder,
-            ready: VecDeque<JsonRpcMessage>,
-            done: bool,
-            idle: Option<Duration>,
+        let body = resp.bytes_stream().map(|r| r.map_err(|e| e.to_string())).boxed();
+        sse_messages(body, self.max_bytes, idle.then_some(self.idle))
+    }
+}
+
+/// The error for a `subscriptions/listen` answered with a plain body
+/// instead of a stream: the server's error, or a protocol error.
+pub(super) fn listen_answered_at_once(id: &RequestId, status: u16, body: &[u8]) -> ClientError {
+    match interpret(id, status, body) {
+        Ok(_) => ClientError::Protocol(
+            "subscriptions/listen was answered at once instead of with a stream".to_owned(),
+        ),
+        Err(e) => e,
+    }
+}
+
+/// The answer to `out` in an SSE body: request-scoped notifications are
+/// skipped until the response arrives (bounded by the request timeout).
+pub(super) async fn answer_of_sse(
+    mut messages: MessageStream,
+    out: &Outgoing,
+) -> Result<JsonObject, ClientError> {
+    while let Some(m) = messages.next().await {
+        let m = m?;
+        if matches!(m, JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)) {
+            return answer_of(&out.id, m);
         }
-        let state = State {
-            body: resp.bytes_stream().boxed(),
-            decoder: SseDecoder::new(self.max_bytes),
-            ready: VecDeque::new(),
-            done: false,
-            idle: idle.then_some(self.idle),
-        };
-        futures::stream::unfold(state, |mut st| async move {
-            loop {
-                if let Some(m) = st.ready.pop_front() {
-                    return Some((Ok(m), st));
-                }
-                if st.done {
-                    return None;
-                }
-                let next = match st.idle {
-                    Some(d) => match tokio::time::timeout(d, st.body.next()).await {
-                        Ok(n) => n,
-                        Err(_) => {
-                            st.done = true;
-                            let e = ClientError::Timeout(format!("the stream was silent for {d:?}"));
-                            return Some((Err(e), st));
-                        }
-                    },
-                    None => st.body.next().await,
-                };
-                let mut items = Vec::new();
-                let fed = match next {
-                    Some(Ok(chunk)) => st.decoder.push(&chunk, &mut items),
-                    Some(Err(e)) => {
+    }
+    Err(ClientError::Protocol(format!(
+        "the SSE answer to {} ended without a response",
+        out.method
+    )))
+}
+
+/// The JSON-RPC messages of an SSE body (events and lines cut at
+/// `max_bytes`). With `idle`, a stream silent for longer ends with an error.
+pub(super) fn sse_messages(
+    body: futures::stream::BoxStream<'static, Result<Bytes, String>>,
+    max_bytes: usize,
+    idle: Option<Duration>,
+) -> MessageStream {
+    struct State {
+        body: futures::stream::BoxStream<'static, Result<Bytes, String>>,
+        decoder: SseDecoder,
+        ready: VecDeque<JsonRpcMessage>,
+        done: bool,
+        idle: Option<Duration>,
+    }
+    let state = State {
+        body,
+        decoder: SseDecoder::new(max_bytes),
+        ready: VecDeque::new(),
+        done: false,
+        idle,
+    };
+    futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(m) = st.ready.pop_front() {
+                return Some((Ok(m), st));
+            }
+            if st.done {
+                return None;
+            }
+            let next = match st.idle {
+                Some(d) => match tokio::time::timeout(d, st.body.next()).await {
+                    Ok(n) => n,
+                    Err(_) => {
                         st.done = true;
-                        let e = ClientError::Connection(format!("the stream broke: {e}"));
+                        let e = ClientError::Timeout(format!("the stream was silent for {d:?}"));
                         return Some((Err(e), st));
                     }
-                    None => {
-                        st.done = true;
-                        st.decoder.finish(&mut items)
-                    }
-                };
-                if let Err(v) = fed {
+                },
+                None => st.body.next().await,
+            };
+            let mut items = Vec::new();
+            let fed = match next {
+                Some(Ok(chunk)) => st.decoder.push(&chunk, &mut items),
+                Some(Err(e)) => {
                     st.done = true;
-                    return Some((Err(v.into()), st));
+                    let e = ClientError::Connection(format!("the stream broke: {e}"));
+                    return Some((Err(e), st));
                 }
-                for item in items {
-                    if let SseItem::Event(data) = item {
-                        match JsonRpcMessage::parse(data.as_bytes()) {
-                            Ok(m) => st.ready.push_back(m),
-                            Err(e) => {
-                                st.done = true;
-                                let e = ClientError::Protocol(format!(
-                                    "an SSE event is not a JSON-RPC message: {}",
-                                    e.error.message
-                                ));
-                                return Some((Err(e), st));
-                            }
+                None => {
+                    st.done = true;
+                    st.decoder.finish(&mut items)
+                }
+            };
+            if let Err(v) = fed {
+                st.done = true;
+                return Some((Err(v.into()), st));
+            }
+            for item in items {
+                if let SseItem::Event(data) = item {
+                    match JsonRpcMessage::parse(data.as_bytes()) {
+                        Ok(m) => st.ready.push_back(m),
+                        Err(e) => {
+                            st.done = true;
+                            let e = ClientError::Protocol(format!(
+                                "an SSE event is not a JSON-RPC message: {}",
+                                e.error.message
+                            ));
+                            return Some((Err(e), st));
                         }
                     }
                 }
             }
-        })
-        .boxed()
-    }
+        }
+    })
+    .boxed()
 }
 
 fn is_sse(resp: &reqwest::Response) -> bool {
@@ -254,7 +277,7 @@ fn is_sse(resp: &reqwest::Response) -> bool {
 }
 
 /// The answer to request `id` in a JSON body with HTTP `status`.
-fn interpret(id: &RequestId, status: u16, body: &[u8]) -> Result<JsonObject, ClientError> {
+pub(super) fn interpret(id: &RequestId, status: u16, body: &[u8]) -> Result<JsonObject, ClientError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(if (200..300).contains(&status) {
             ClientError::Protocol(format!("empty answer (HTTP {status})"))

@@ -7,6 +7,8 @@
 //! every failure into a [`ClientError`].
 
 pub(crate) mod http;
+#[cfg(feature = "fuzzing")]
+pub(crate) mod scripted;
 mod sse;
 pub(crate) mod stdio;
 
@@ -38,6 +40,9 @@ pub(crate) enum Transport {
     Http(http::HttpTransport),
     /// A child process speaking newline-delimited JSON-RPC.
     Stdio(stdio::StdioTransport),
+    /// Answers from a function, decoded as HTTP answers (the fuzz harness).
+    #[cfg(feature = "fuzzing")]
+    Scripted(scripted::ScriptedTransport),
 }
 
 impl Transport {
@@ -46,6 +51,8 @@ impl Transport {
         match self {
             Transport::Http(t) => t.request(out).await,
             Transport::Stdio(t) => t.request(out).await,
+            #[cfg(feature = "fuzzing")]
+            Transport::Scripted(t) => t.request(out).await,
         }
     }
 
@@ -54,6 +61,8 @@ impl Transport {
         match self {
             Transport::Http(t) => t.listen(out).await,
             Transport::Stdio(t) => t.listen(out).await,
+            #[cfg(feature = "fuzzing")]
+            Transport::Scripted(t) => t.listen(out).await,
         }
     }
 }
