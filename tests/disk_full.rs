@@ -27,10 +27,11 @@
 //! tree ends.
 //!
 //! A third test, `fsync_failure_is_sticky_and_loses_nothing_acknowledged`,
-//! makes the write-ahead log's fsync fail (a preloaded shim over
-//! `fdatasync`, compiled by the test with `cc`): the store stops taking
-//! writes with a clear error, reads of durable state go on, and after a
-//! restart without the fault everything acknowledged is there.
+//! makes every fsync fail with `EIO` from a moment on (a shim over `fsync`
+//! and `fdatasync` preloaded into the server, compiled by the test with
+//! `cc`): the store stops taking writes for good, every refusal says the
+//! change could not be made durable, reads of durable state go on, and
+//! after a restart without the fault everything acknowledged is there.
 //!
 //! Nothing is skipped: a test whose tool (`unshare`, `nsenter`, `cc`) is
 //! missing or refused fails and says so. `DISK_FULL_SEED` replays the
@@ -141,6 +142,9 @@ fn short(id: &str) -> &str {
     &id[..id.len().min(8)]
 }
 
+/// What the server logs when its store fills up.
+const FULL_LOGGED: &str = "the task store is full";
+
 /// The one error a full store answers with.
 fn is_store_full(e: &Value) -> bool {
     e["code"] == -32603
@@ -235,10 +239,14 @@ struct Load {
     steer_seq: AtomicU64,
     /// Orders requests and answers (see [`Seen`]).
     clock: AtomicU64,
+    /// The one error the store's trouble may be answered with.
+    refusal: fn(&Value) -> bool,
+    /// What the server must have logged about it.
+    logged: &'static str,
 }
 
 impl Load {
-    fn new(addr: std::net::SocketAddr) -> Arc<Load> {
+    fn new(addr: std::net::SocketAddr, refusal: fn(&Value) -> bool, logged: &'static str) -> Arc<Load> {
         Arc::new(Load {
             client: Client::new(addr, full_caps()),
             model: Mutex::new(Model::default()),
@@ -246,6 +254,8 @@ impl Load {
             full: AtomicBool::new(false),
             steer_seq: AtomicU64::new(0),
             clock: AtomicU64::new(0),
+            refusal,
+            logged,
         })
     }
 
@@ -284,7 +294,7 @@ impl Load {
                 m.observe(&snap, sent, received, when);
                 Some(snap)
             }
-            Rpc::Err(_, e) if is_store_full(&e) => {
+            Rpc::Err(_, e) if (self.refusal)(&e) => {
                 let mut m = self.model();
                 m.stats.reads_refused += 1;
                 let root = m.tasks.get(id).map(|t| t.root.clone()).unwrap_or_default();
@@ -321,7 +331,7 @@ impl Load {
                 m.add_root(&id, long);
                 Some(id)
             }
-            Rpc::Err(_, e) if is_store_full(&e) => {
+            Rpc::Err(_, e) if (self.refusal)(&e) => {
                 self.model().stats.create_refused += 1;
                 self.full.store(true, Ordering::SeqCst);
                 None
@@ -419,7 +429,7 @@ impl Load {
                         m.stats.steers += 1;
                     }
                 }
-                Some(Rpc::Err(_, e)) if is_store_full(&e) => self.model().stats.commands_refused += 1,
+                Some(Rpc::Err(_, e)) if (self.refusal)(&e) => self.model().stats.commands_refused += 1,
                 Some(Rpc::Err(status, e)) => {
                     self.violate(format!("{method} {}: HTTP {status} {e}", short(&root)))
                 }
@@ -491,7 +501,11 @@ async fn fill(load: &Arc<Load>, rng: &mut Rng, seed: u64, log: &Path) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    eprintln!("store full after {:?}: {:?}", t0.elapsed(), load.model().stats);
+    eprintln!(
+        "new work refused after {:?}: {:?}",
+        t0.elapsed(),
+        load.model().stats
+    );
     tokio::time::sleep(FULL_FOR).await;
     load.stop(clients).await;
     load.fail_on_violations(seed, "while filling up", log);
@@ -515,7 +529,7 @@ async fn fill(load: &Arc<Load>, rng: &mut Rng, seed: u64, log: &Path) {
         load.get(id, "read while full").await;
     }
     eprintln!(
-        "while full: {} tasks of finished trees read back unchanged; {:?}",
+        "while refusing: {} tasks of finished trees read back unchanged; {:?}",
         finished.len(),
         load.model().stats
     );
@@ -626,8 +640,9 @@ async fn after_restart(load: &Arc<Load>, seed: u64, log: &Path) {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     assert!(!text.contains("panicked"), "the server panicked:\n{text}");
     assert!(
-        text.contains("the task store is full"),
-        "the server did not log that its store was full"
+        text.contains(load.logged),
+        "the server did not log {:?}",
+        load.logged
     );
     let m = load.model();
     eprintln!(
@@ -657,7 +672,7 @@ async fn db_max_size_reached_under_load() {
     let server = ServerProcess::start(&bin, &args("256KiB"), &log, START_TIMEOUT)
         .await
         .expect("start the server");
-    let load = Load::new(server.addr());
+    let load = Load::new(server.addr(), is_store_full, FULL_LOGGED);
     fill(&load, &mut rng, seed, &log).await;
 
     // Crash while full: only what was acknowledged must come back.
@@ -784,7 +799,7 @@ async fn tmpfs_fills_up_under_load() {
         fs.outside("tasks.db").exists(),
         "the database is not on the tmpfs"
     );
-    let load = Load::new(server.addr());
+    let load = Load::new(server.addr(), is_store_full, FULL_LOGGED);
     fill(&load, &mut rng, seed, &log).await;
 
     // Space comes back, without a restart.
@@ -806,6 +821,127 @@ async fn tmpfs_fills_up_under_load() {
     let server = ServerProcess::start(&wrapper, &args, &log, START_TIMEOUT)
         .await
         .expect("restart the server inside the namespace");
+    let load = Arc::new(Load {
+        client: Client::new(server.addr(), full_caps()),
+        ..Arc::into_inner(load).expect("the clients have stopped")
+    });
+    load.stop.store(false, Ordering::SeqCst);
+    after_restart(&load, seed, &log).await;
+}
+
+// ----- an fsync that fails ------------------------------------------------------------
+
+/// A shared object that, preloaded into the server, makes `fsync` and
+/// `fdatasync` fail with `EIO` while the file named by
+/// `SUBTASK_TEST_FSYNC_FAILS_IF` exists (and calls the real ones
+/// otherwise): an I/O error where the store makes its commits durable.
+const FSYNC_SHIM: &str = r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static int failing(void) {
+    const char *p = getenv("SUBTASK_TEST_FSYNC_FAILS_IF");
+    return p != NULL && access(p, F_OK) == 0;
+}
+
+int fdatasync(int fd) {
+    static int (*real)(int);
+    if (failing()) { errno = EIO; return -1; }
+    if (real == NULL) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+    return real(fd);
+}
+
+int fsync(int fd) {
+    static int (*real)(int);
+    if (failing()) { errno = EIO; return -1; }
+    if (real == NULL) real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+    return real(fd);
+}
+"#;
+
+/// Compiles [`FSYNC_SHIM`] with `cc` into `dir`.
+fn fsync_shim(dir: &Path) -> PathBuf {
+    let src = dir.join("fsync_shim.c");
+    let so = dir.join("fsync_shim.so");
+    std::fs::write(&src, FSYNC_SHIM).expect("write the shim's source");
+    let out = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&so)
+        .arg(&src)
+        .arg("-ldl")
+        .output()
+        .expect("run `cc`: this test compiles a preloaded fsync shim");
+    assert!(
+        out.status.success(),
+        "cc could not compile the fsync shim: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    so
+}
+
+/// What the server logs when an fsync fails.
+const FSYNC_LOGGED: &str = "the store cannot make commits durable";
+
+/// The error of a store whose fsync failed: sticky, and it says so.
+fn is_fsync_failure(e: &Value) -> bool {
+    e["code"] == -32603
+        && e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("could not be made durable") && m.contains("fsync"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsync_failure_is_sticky_and_loses_nothing_acknowledged() {
+    let seed = from_env("DISK_FULL_SEED");
+    let mut rng = Rng::new(seed);
+    let dir = TempDir::new("disk-full-fsync");
+    let bin = private_binary(&dir.0);
+    let shim = fsync_shim(&dir.0);
+    let trigger = dir.0.join("fail-fsync");
+    let db = dir.db().display().to_string();
+    let log = dir.0.join("server.log");
+    let args = strings(&["--db", &db]);
+    let trigger_text = trigger.display().to_string();
+    let shim_text = shim.display().to_string();
+    let server = ServerProcess::start_env(
+        &bin,
+        &args,
+        &log,
+        START_TIMEOUT,
+        &[
+            ("LD_PRELOAD", shim_text.as_str()),
+            ("SUBTASK_TEST_FSYNC_FAILS_IF", trigger_text.as_str()),
+        ],
+    )
+    .await
+    .expect("start the server with the fsync shim");
+    let load = Load::new(server.addr(), is_fsync_failure, FSYNC_LOGGED);
+    // The clients run a while on a healthy disk, then every fsync fails.
+    let fault = {
+        let trigger = trigger.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            std::fs::write(&trigger, b"").expect("create the trigger file");
+        })
+    };
+    fill(&load, &mut rng, seed, &log).await;
+    fault.await.expect("the trigger task");
+    // Still refused: a failed fsync is never retried into a success.
+    assert!(
+        load.create(false).await.is_none(),
+        "a new task was accepted after an fsync failed"
+    );
+
+    // The disk is "fixed": a restart without the fault.
+    server.kill();
+    server.wait();
+    std::fs::remove_file(&trigger).expect("remove the trigger file");
+    let server = ServerProcess::start(&bin, &args, &log, START_TIMEOUT)
+        .await
+        .expect("restart the server without the fault");
     let load = Arc::new(Load {
         client: Client::new(server.addr(), full_caps()),
         ..Arc::into_inner(load).expect("the clients have stopped")
