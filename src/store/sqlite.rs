@@ -875,6 +875,10 @@ impl TaskStore for SqliteStore {
         self.shared.queue.last_ticket()
     }
 
+    fn writable(&self) -> Result<(), StoreError> {
+        self.shared.queue.mark.writable()
+    }
+
     fn load(&self) -> Result<Vec<StoredTree>, StoreError> {
         self.shared.queue.read(|w| read_trees(&w.conn))
     }
