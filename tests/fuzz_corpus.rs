@@ -75,3 +75,58 @@ fn every_target_has_its_corpus_directory() {
         assert!(root.join(name).is_dir(), "fuzz/corpus/{name} exists");
     }
 }
+
+/// Found by `stored_state` (fuzz/regressions/stored_state/text-task-id): a
+/// task id stored as TEXT made opening the database fail as an I/O error;
+/// it is damage, reported as such, and nothing is changed.
+#[test]
+fn a_task_id_stored_as_text_is_reported_as_damage_not_as_io() {
+    use subtask::core::{Forest, encode_state};
+    use subtask::model::{RootOptions, Timestamp};
+    use subtask::store::{
+        SqliteConfig, SqliteStore, StoreError, StoredTask, TaskStore, TreeMeta, WriteBatch, WriteOp,
+    };
+
+    let dir = std::env::temp_dir().join(format!("subtask-fuzz-regression-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let path = dir.join("tasks.db");
+    {
+        let store = SqliteStore::open(SqliteConfig::new(&path)).expect("a new database opens");
+        let mut forest = Forest::default();
+        let root = forest
+            .create_root(Timestamp::from_millis(1_000), RootOptions::default())
+            .expect("a root");
+        let rec = forest.task(root).expect("the root");
+        let task = StoredTask {
+            id: root,
+            root,
+            parent: None,
+            position: 0,
+            version: 1,
+            state: encode_state(rec),
+        };
+        let meta = TreeMeta {
+            root,
+            owner: None,
+            resumable: false,
+            launch: None,
+        };
+        store.submit(WriteBatch {
+            root,
+            version: 1,
+            ops: vec![WriteOp::PutTree(meta), WriteOp::PutTask(task)],
+        });
+        store.flush().expect("the tree is written");
+    }
+    let conn = rusqlite::Connection::open(&path).expect("the file opens in SQLite");
+    conn.execute("UPDATE tasks SET id = 'not a blob'", [])
+        .expect("the row is damaged");
+    drop(conn);
+    match SqliteStore::open(SqliteConfig::new(&path)) {
+        Err(StoreError::Corrupt(m)) => assert!(m.contains("Invalid column type"), "{m}"),
+        Err(other) => panic!("a TEXT task id is damage, not {other:?}"),
+        Ok(_) => panic!("a database with a TEXT task id opens"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

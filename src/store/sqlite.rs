@@ -406,13 +406,23 @@ impl Writer {
             in_commit: std::time::Duration::ZERO,
         };
         let e = sql(path);
+        // A value of the wrong type in a row (a TEXT task id) is damage,
+        // not an I/O error (found by the stored_state fuzz target).
+        let value = |x: rusqlite::Error| match x {
+            rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..) => {
+                StoreError::Corrupt(format!("{}: {x}", path.display()))
+            }
+            other => e(other),
+        };
         {
             let mut stmt = w.conn.prepare("SELECT seq, id, root FROM tasks").map_err(&e)?;
             let mut rows = stmt.query([]).map_err(&e)?;
             while let Some(r) = rows.next().map_err(&e)? {
-                let rowid: i64 = r.get(0).map_err(&e)?;
-                let id = blob_id(&r.get::<_, Vec<u8>>(1).map_err(&e)?)?;
-                let root = blob_id(&r.get::<_, Vec<u8>>(2).map_err(&e)?)?;
+                let rowid: i64 = r.get(0).map_err(value)?;
+                let id = blob_id(&r.get::<_, Vec<u8>>(1).map_err(value)?)?;
+                let root = blob_id(&r.get::<_, Vec<u8>>(2).map_err(value)?)?;
                 if w.rows.insert(id, rowid).is_some() {
                     return Err(StoreError::Corrupt(format!(
                         "{}: task {id} is stored twice",
