@@ -33,6 +33,11 @@
 //! change could not be made durable, reads of durable state go on, and
 //! after a restart without the fault everything acknowledged is there.
 //!
+//! And `sqlite_store_holds_what_does_not_fit` checks the store's side
+//! alone: at its size limit the batch that does not fit and every later
+//! one report `Full` at once, earlier ones stay durable, closing while full
+//! returns, and a reopen finds exactly what was acknowledged.
+//!
 //! Nothing is skipped: a test whose tool (`unshare`, `nsenter`, `cc`) is
 //! missing or refused fails and says so. `DISK_FULL_SEED` replays the
 //! clients' random choices.
@@ -948,4 +953,108 @@ async fn fsync_failure_is_sticky_and_loses_nothing_acknowledged() {
     });
     load.stop.store(false, Ordering::SeqCst);
     after_restart(&load, seed, &log).await;
+}
+
+// ----- the store alone ----------------------------------------------------------------
+
+/// `SqliteStore` at its size limit, without a server: the batch that does
+/// not fit and every later one report `Full` at once (never a hang), the
+/// store refuses new work, every earlier batch stays durable, closing it
+/// while full returns, and a reopen finds exactly the batches that were
+/// acknowledged.
+#[test]
+fn sqlite_store_holds_what_does_not_fit() {
+    use subtask::model::TaskId;
+    use subtask::store::{
+        SqliteConfig, SqliteStore, StoreError, StoredTask, TaskStore, TreeMeta, WriteBatch, WriteOp,
+    };
+
+    let dir = TempDir::new("disk-full-store");
+    let open = |max_size| {
+        SqliteStore::open(SqliteConfig {
+            max_size,
+            ..SqliteConfig::new(dir.db())
+        })
+        .expect("open the store")
+    };
+    let tree = |i: usize| {
+        let id = TaskId::random();
+        let batch = WriteBatch {
+            root: id,
+            version: 1,
+            ops: vec![
+                WriteOp::PutTree(TreeMeta {
+                    root: id,
+                    owner: Some("p".into()),
+                    resumable: false,
+                    launch: None,
+                }),
+                WriteOp::PutTask(StoredTask {
+                    id,
+                    root: id,
+                    parent: None,
+                    position: 0,
+                    version: 0,
+                    state: format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(1500)),
+                }),
+            ],
+        };
+        (id, batch)
+    };
+    let wait = |store: &SqliteStore, t| {
+        let t0 = Instant::now();
+        let r = futures::executor::block_on(store.wait_durable(t));
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "a wait took {:?}",
+            t0.elapsed()
+        );
+        r
+    };
+
+    let store = open(Some(48 * 1024));
+    let mut acked: Vec<(TaskId, subtask::store::Ticket)> = Vec::new();
+    let held = loop {
+        let (id, batch) = tree(acked.len());
+        let t = store.submit(batch);
+        match wait(&store, t) {
+            Ok(()) => acked.push((id, t)),
+            Err(e) => break (t, e),
+        }
+        assert!(acked.len() < 1000, "48 KiB never filled");
+    };
+    assert!(matches!(held.1, StoreError::Full(_)), "not Full: {:?}", held.1);
+    assert!(!acked.is_empty(), "nothing fitted at all");
+    assert!(matches!(store.writable(), Err(StoreError::Full(_))));
+    // Later batches are held too, and say so at once.
+    let (_, batch) = tree(9999);
+    let later = store.submit(batch);
+    assert!(matches!(store.is_durable(later), Err(StoreError::Full(_))));
+    assert!(matches!(wait(&store, later), Err(StoreError::Full(_))));
+    // What was acknowledged stays acknowledged.
+    for (_, t) in &acked {
+        assert_eq!(store.is_durable(*t), Ok(true));
+    }
+    let t0 = Instant::now();
+    drop(store);
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "closing a full store took {:?}",
+        t0.elapsed()
+    );
+
+    let store = open(None);
+    let mut found: Vec<TaskId> = store.load().expect("load").iter().map(|t| t.meta.root).collect();
+    let mut want: Vec<TaskId> = acked.iter().map(|(id, _)| *id).collect();
+    found.sort_by_key(|id| id.as_u128());
+    want.sort_by_key(|id| id.as_u128());
+    assert_eq!(
+        found, want,
+        "the reopened store holds other trees than those acknowledged"
+    );
+    assert_eq!(store.writable(), Ok(()));
+    eprintln!(
+        "{} trees fitted in 48 KiB; the next was held and reported Full",
+        acked.len()
+    );
 }

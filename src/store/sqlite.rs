@@ -582,11 +582,11 @@ struct Folded {
 /// A commit that fails for lack of space ([`StoreError::Full`]) holds the
 /// store: the group's waiters (and every later one) learn it at once, new
 /// work is refused ([`TaskStore::writable`]), and the writer commits the
-/// rest of the group one batch at a time, in order, retrying the first
-/// that does not fit with a backoff (5 ms doubling to [`FULL_RETRY_MAX`])
-/// until it does. Whatever fits lands meanwhile (an update in a page with
-/// room, the delete of an expired tree); the hold ends when the whole
-/// group is written. Any other failure is sticky.
+/// group one batch at a time, in order: the batches before the first that
+/// does not fit land, and that one is retried with a backoff (5 ms
+/// doubling to [`FULL_RETRY_MAX`]; the log is checkpointed and truncated
+/// between tries when there is room) until it fits. The hold ends when
+/// the whole group is written. Any other failure is sticky.
 fn writer_loop(mut w: Writer, shared: &Shared, max: usize, path: &Path) {
     let mut group: Vec<(u64, WriteBatch)> = Vec::new();
     let mut failed = false;
