@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use futures::{StreamExt, stream};
 use tokio::net::TcpListener;
@@ -128,9 +128,15 @@ fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
     host_allowed(rest.split('/').next().unwrap_or(""), allowed)
 }
 
-fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+/// A header's value as text, borrowed (`None` when absent or not visible
+/// ASCII). Names are the constants below, so no lookup parses a name.
+fn header_str<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
 }
+
+static MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+static MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+static MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 
 /// Answers one request to the endpoint, as [`router`] does (the rmcp
 /// adapter's front uses it for the requests it routes here).
@@ -144,8 +150,8 @@ async fn endpoint(State(state): State<AppState>, req: Request) -> Response {
     let config = server.config();
     // DNS rebinding: the Host and any Origin must name this machine.
     let headers = req.headers();
-    if let Some(host) = header_str(headers, "host")
-        && !host_allowed(&host, &config.allowed_hosts)
+    if let Some(host) = header_str(headers, &header::HOST)
+        && !host_allowed(host, &config.allowed_hosts)
     {
         return error_response(
             StatusCode::FORBIDDEN,
@@ -153,8 +159,8 @@ async fn endpoint(State(state): State<AppState>, req: Request) -> Response {
             "forbidden: Host is not allowed",
         );
     }
-    if let Some(origin) = header_str(headers, "origin")
-        && !origin_allowed(&origin, &config.allowed_hosts)
+    if let Some(origin) = header_str(headers, &header::ORIGIN)
+        && !origin_allowed(origin, &config.allowed_hosts)
     {
         return error_response(
             StatusCode::FORBIDDEN,
@@ -175,9 +181,9 @@ async fn endpoint(State(state): State<AppState>, req: Request) -> Response {
     let principal = match &config.tokens {
         None => Principal::anonymous(),
         Some(tokens) => {
-            let bearer = header_str(headers, "authorization")
-                .and_then(|v| v.strip_prefix("Bearer ").map(|t| t.trim().to_owned()));
-            match bearer.as_deref().and_then(|t| tokens.authenticate(t)) {
+            let bearer = header_str(headers, &header::AUTHORIZATION)
+                .and_then(|v| v.strip_prefix("Bearer ").map(str::trim));
+            match bearer.and_then(|t| tokens.authenticate(t)) {
                 Some(p) => p.clone(),
                 None => {
                     let mut resp = error_response(
@@ -192,8 +198,10 @@ async fn endpoint(State(state): State<AppState>, req: Request) -> Response {
             }
         }
     };
-    if let Some(ct) = header_str(headers, "content-type")
-        && !ct.to_ascii_lowercase().starts_with("application/json")
+    if let Some(ct) = header_str(headers, &header::CONTENT_TYPE)
+        && !ct
+            .get(.."application/json".len())
+            .is_some_and(|p| p.eq_ignore_ascii_case("application/json"))
     {
         return error_response(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -202,9 +210,9 @@ async fn endpoint(State(state): State<AppState>, req: Request) -> Response {
         );
     }
     let meta_headers = RequestHeaders {
-        protocol_version: header_str(headers, "mcp-protocol-version"),
-        method: header_str(headers, "mcp-method"),
-        name: header_str(headers, "mcp-name"),
+        protocol_version: header_str(headers, &MCP_PROTOCOL_VERSION).map(str::to_owned),
+        method: header_str(headers, &MCP_METHOD).map(str::to_owned),
+        name: header_str(headers, &MCP_NAME).map(str::to_owned),
     };
     let limit = config.limits.max_body_bytes;
     let body: Bytes = match axum::body::to_bytes(req.into_body(), limit).await {
