@@ -159,6 +159,11 @@ fn main() -> ExitCode {
                 return ExitCode::from(cli::EXIT_USAGE);
             }
             let lease = std::time::Duration::from_secs_f64(lease);
+            let postgres = db.starts_with("postgres://") || db.starts_with("postgresql://");
+            if db_max_size.is_some() && (memory || postgres) {
+                eprintln!("subtask: --db-max-size applies to a SQLite --db only");
+                return ExitCode::from(cli::EXIT_USAGE);
+            }
             let store = if memory {
                 None
             } else {
