@@ -208,12 +208,12 @@ impl JsonRpcRequest {
     /// assert!(err.message.contains("missing field `taskId`"), "{}", err.message);
     /// ```
     pub fn params_as<T: DeserializeOwned>(&self) -> Result<T, ErrorObject> {
-        let map = self
-            .params
-            .as_ref()
-            .map(|p| p.as_map().clone())
-            .unwrap_or_default();
-        T::deserialize(Value::Object(map)).map_err(|e| {
+        // Read in place: the params are not copied.
+        let read = match &self.params {
+            Some(p) => T::deserialize(p.as_map()),
+            None => T::deserialize(Value::Object(serde_json::Map::new())),
+        };
+        read.map_err(|e| {
             ErrorObject::new(
                 ErrorCode::INVALID_PARAMS,
                 format!("invalid params for {}: {e}", self.method),
