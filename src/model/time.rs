@@ -96,8 +96,53 @@ fn days_in_month(y: i64, m: u32) -> u32 {
     }
 }
 
+impl Timestamp {
+    /// The wire text written into `buf` without the formatting machinery
+    /// (every answer carries two timestamps); `None` for years past 9999,
+    /// which `Display` writes.
+    fn write_short(self, buf: &mut [u8; 24]) -> Option<&str> {
+        let ms = (self.0 % 1000) as u32;
+        let secs = (self.0 / 1000) as i64;
+        let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
+        if !(0..=9999).contains(&y) {
+            return None;
+        }
+        let sod = secs.rem_euclid(86_400) as u32;
+        let (h, mi, s) = (sod / 3600, (sod % 3600) / 60, sod % 60);
+        let y = y as u32;
+        let two = |b: &mut [u8], v: u32| {
+            b[0] = b'0' + (v / 10) as u8;
+            b[1] = b'0' + (v % 10) as u8;
+        };
+        two(&mut buf[0..2], y / 100);
+        two(&mut buf[2..4], y % 100);
+        buf[4] = b'-';
+        two(&mut buf[5..7], mo);
+        buf[7] = b'-';
+        two(&mut buf[8..10], d);
+        buf[10] = b'T';
+        two(&mut buf[11..13], h);
+        buf[13] = b':';
+        two(&mut buf[14..16], mi);
+        buf[16] = b':';
+        two(&mut buf[17..19], s);
+        let mut end = 19;
+        if ms != 0 {
+            buf[19] = b'.';
+            buf[20] = b'0' + (ms / 100) as u8;
+            two(&mut buf[21..23], ms % 100);
+            end = 23;
+        }
+        buf[end] = b'Z';
+        std::str::from_utf8(&buf[..=end]).ok()
+    }
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(s) = self.write_short(&mut [0; 24]) {
+            return f.write_str(s);
+        }
         let ms = self.0 % 1000;
         let secs = (self.0 / 1000) as i64;
         let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
@@ -214,7 +259,10 @@ impl FromStr for Timestamp {
 
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
+        match self.write_short(&mut [0; 24]) {
+            Some(s) => serializer.serialize_str(s),
+            None => serializer.collect_str(self),
+        }
     }
 }
 
@@ -260,6 +308,44 @@ mod tests {
             let t = Timestamp::from_millis(ms);
             assert_eq!(t.to_string().parse::<Timestamp>().unwrap(), t);
             ms += 86_400_000 * 7 + 3_600_123;
+        }
+    }
+
+    #[test]
+    fn the_short_form_is_the_formatted_form() {
+        let long = |t: Timestamp| {
+            let ms = t.0 % 1000;
+            let secs = (t.0 / 1000) as i64;
+            let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
+            let sod = secs.rem_euclid(86_400);
+            let (h, mi, s) = (sod / 3600, (sod % 3600) / 60, sod % 60);
+            let frac = if ms != 0 {
+                format!(".{ms:03}")
+            } else {
+                String::new()
+            };
+            format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}{frac}Z")
+        };
+        let mut ms = 0u64;
+        while ms < 10_000 * 366 * 86_400_000 {
+            let t = Timestamp::from_millis(ms);
+            assert_eq!(t.to_string(), long(t));
+            assert_eq!(serde_json::to_string(&t).unwrap(), format!("\"{}\"", long(t)));
+            ms += 86_400_000 * 97 + 3_600_123 + ms % 7_919;
+        }
+        // Past year 9999 the formatted path writes the wider year.
+        let far = Timestamp::from_millis(253_402_300_800_000 + 1);
+        assert_eq!(far.to_string(), "10000-01-01T00:00:00.001Z");
+        assert_eq!(
+            serde_json::to_string(&far).unwrap(),
+            "\"10000-01-01T00:00:00.001Z\""
+        );
+        for t in [
+            Timestamp::EPOCH,
+            Timestamp::from_millis(999),
+            Timestamp::from_millis(253_402_300_799_999),
+        ] {
+            assert_eq!(t.to_string(), long(t));
         }
     }
 
