@@ -12,7 +12,7 @@ use super::dispatch::RequestCtx;
 use super::reply::{Reply, invalid, result_reply, runtime_error, store_error};
 use crate::model::{
     AckResult, ClientView, DetailedTask, ErrorCode, ErrorObject, GetTaskResult, InputResponses, JsonObject,
-    JsonRpcRequest, SteerTaskParams, TaskId, TaskIdParams, TaskPayload, complete_result,
+    JsonRpcRequest, SteerTaskParams, TaskId, TaskPayload, complete_result,
 };
 use crate::runtime::{Applied, Command, Owner};
 
@@ -49,7 +49,7 @@ impl Server {
         req: &JsonRpcRequest,
         ctx: &RequestCtx,
     ) -> Result<Reply, ErrorObject> {
-        let p: TaskIdParams = req.params_as()?;
+        let p: TaskIdOnly = req.params_as()?;
         let id: TaskId = p.task_id.parse().map_err(|_| ErrorObject::task_not_found())?;
         let rt = &self.inner.runtime;
         let Some((snap, ticket)) = rt.get_owned(id, ctx.principal.name(), ctx.view()) else {
@@ -156,6 +156,18 @@ impl Server {
     }
 }
 
+/// The params of the `tasks/*` methods that name only a task, as the
+/// server reads them: the wire's [`TaskIdParams`](crate::model::TaskIdParams)
+/// without its `_meta`, which the pipeline has already read and checked
+/// with the same reader (`dispatch.rs`; for a cluster inbox command, the
+/// pipeline of the instance that took the request), so it is not read
+/// again. The same errors for `taskId`.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TaskIdOnly {
+    pub(crate) task_id: String,
+}
+
 /// The task id and the command of a `tasks/*` request other than
 /// `tasks/get`, its params checked.
 pub(crate) fn parse_command(
@@ -164,20 +176,20 @@ pub(crate) fn parse_command(
 ) -> Result<(String, Command), ErrorObject> {
     match req.method.as_str() {
         "tasks/update" => {
-            let p: TaskIdParams = req.params_as()?;
+            let p: TaskIdOnly = req.params_as()?;
             let responses = match req.params.as_ref().and_then(|p| p.get("inputResponses")) {
                 Some(Value::Object(m)) => responses_of(m),
                 _ => return Err(invalid("`inputResponses` must be an object of responses")),
             };
             Ok((p.task_id, Command::Update(responses)))
         }
-        "tasks/cancel" => Ok((req.params_as::<TaskIdParams>()?.task_id, Command::Cancel)),
+        "tasks/cancel" => Ok((req.params_as::<TaskIdOnly>()?.task_id, Command::Cancel)),
         "tasks/steer" => {
             let p: SteerTaskParams = req.params_as()?;
             Ok((p.task_id, Command::Steer(p.message)))
         }
-        "tasks/pause" => Ok((req.params_as::<TaskIdParams>()?.task_id, Command::Pause(view))),
-        "tasks/resume" => Ok((req.params_as::<TaskIdParams>()?.task_id, Command::Resume(view))),
+        "tasks/pause" => Ok((req.params_as::<TaskIdOnly>()?.task_id, Command::Pause(view))),
+        "tasks/resume" => Ok((req.params_as::<TaskIdOnly>()?.task_id, Command::Resume(view))),
         other => Err(ErrorObject::new(
             ErrorCode::METHOD_NOT_FOUND,
             format!("method not found: {other:?}"),
