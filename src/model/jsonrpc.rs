@@ -347,13 +347,19 @@ impl JsonRpcMessage {
     /// assert_eq!((err.error.code.0, err.id), (-32700, None));
     /// ```
     pub fn parse(bytes: &[u8]) -> Result<Self, JsonRpcError> {
-        let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        // Read straight into the members the classification looks at (no
+        // map for the top level); every value is still read as a `Value`,
+        // so what is malformed JSON is exactly what `Value` refuses.
+        let parsed: Parsed = serde_json::from_slice(bytes).map_err(|e| {
             JsonRpcError::new(
                 None,
                 ErrorObject::new(ErrorCode::PARSE_ERROR, format!("parse error: {e}")),
             )
         })?;
-        Self::from_value(value)
+        match parsed {
+            Parsed::Object(members) => Self::classify(members),
+            Parsed::Other(value) => Self::from_value(value),
+        }
     }
 
     /// Classifies an already parsed JSON value.
@@ -362,7 +368,7 @@ impl JsonRpcMessage {
     ///
     /// As [`JsonRpcMessage::parse`], always with code `-32600`.
     pub fn from_value(value: Value) -> Result<Self, JsonRpcError> {
-        let mut obj = match value {
+        let obj = match value {
             Value::Object(obj) => obj,
             Value::Array(_) => {
                 return Err(invalid(
@@ -377,11 +383,29 @@ impl JsonRpcMessage {
                 ));
             }
         };
+        let mut members = Members::default();
+        for (key, value) in obj {
+            if let Some(slot) = members.slot(&key) {
+                *slot = Some(value);
+            }
+        }
+        Self::classify(members)
+    }
 
-        let is_error = obj.contains_key("error");
+    /// Classifies a message object from the members that decide its shape.
+    fn classify(members: Members) -> Result<Self, JsonRpcError> {
+        let Members {
+            id,
+            jsonrpc,
+            method,
+            params,
+            result,
+            error,
+        } = members;
+        let is_error = error.is_some();
         // The id first, so every later error can carry it. A `null` id is
         // only legal on an error response (the request's id was unreadable).
-        let id = match obj.remove("id") {
+        let id = match id {
             None => None,
             Some(Value::Null) if is_error => None,
             Some(Value::Null) => {
@@ -393,7 +417,7 @@ impl JsonRpcMessage {
             Some(v) => Some(RequestId::from_value(&v).map_err(|m| invalid(None, m))?),
         };
 
-        match obj.get("jsonrpc") {
+        match &jsonrpc {
             None => return Err(invalid(id, "missing `jsonrpc` member (expected \"2.0\")")),
             Some(Value::String(s)) if s == JsonRpcVersion::STR => {}
             Some(other) => {
@@ -404,9 +428,6 @@ impl JsonRpcMessage {
             }
         }
 
-        let method = obj.remove("method");
-        let result = obj.remove("result");
-        let error = obj.remove("error");
         match (method, result, error) {
             (Some(_), result, _) if result.is_some() || is_error => Err(invalid(
                 id,
@@ -422,7 +443,7 @@ impl JsonRpcMessage {
                         format!("`method` must be a string, found {}", kind(&method)),
                     ));
                 };
-                let params = match obj.remove("params") {
+                let params = match params {
                     None | Some(Value::Null) => None,
                     Some(Value::Object(map)) => Some(JsonObject::from_map(map)),
                     Some(other) => {
@@ -544,6 +565,137 @@ impl From<JsonRpcError> for JsonRpcMessage {
     }
 }
 
+/// The members of a message object that decide what it is; the others
+/// are read (so malformed JSON anywhere is still a parse error) and dropped.
+#[derive(Default)]
+struct Members {
+    id: Option<Value>,
+    jsonrpc: Option<Value>,
+    method: Option<Value>,
+    params: Option<Value>,
+    result: Option<Value>,
+    error: Option<Value>,
+}
+
+impl Members {
+    /// Where the value of member `key` goes (`None`: not one of ours). A
+    /// repeated member keeps its last value, as a JSON object read into a
+    /// map does.
+    fn slot(&mut self, key: &str) -> Option<&mut Option<Value>> {
+        Some(match key {
+            "id" => &mut self.id,
+            "jsonrpc" => &mut self.jsonrpc,
+            "method" => &mut self.method,
+            "params" => &mut self.params,
+            "result" => &mut self.result,
+            "error" => &mut self.error,
+            _ => return None,
+        })
+    }
+}
+
+/// One message as read by [`JsonRpcMessage::parse`]: an object's members,
+/// or any other JSON value (which is not a message).
+enum Parsed {
+    Object(Members),
+    Other(Value),
+}
+
+impl<'de> Deserialize<'de> for Parsed {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ParsedVisitor)
+    }
+}
+
+/// Reads what `Value` reads, the same way, but keeps an object as its members.
+struct ParsedVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ParsedVisitor {
+    type Value = Parsed;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Parsed, E> {
+        Ok(Parsed::Other(Value::Bool(v)))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Parsed, E> {
+        Ok(Parsed::Other(Value::from(v)))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Parsed, E> {
+        Ok(Parsed::Other(Value::from(v)))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Parsed, E> {
+        Ok(Parsed::Other(
+            serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number),
+        ))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Parsed, E> {
+        Ok(Parsed::Other(Value::String(v.to_owned())))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Parsed, E> {
+        Ok(Parsed::Other(Value::String(v)))
+    }
+
+    fn visit_unit<E>(self) -> Result<Parsed, E> {
+        Ok(Parsed::Other(Value::Null))
+    }
+
+    fn visit_none<E>(self) -> Result<Parsed, E> {
+        Ok(Parsed::Other(Value::Null))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Parsed, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Value>()? {
+            items.push(item);
+        }
+        Ok(Parsed::Other(Value::Array(items)))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Parsed, A::Error> {
+        let mut members = Members::default();
+        while let Some(key) = map.next_key::<MemberKey>()? {
+            let value: Value = map.next_value()?;
+            if let Some(slot) = members.slot(&key.0) {
+                *slot = Some(value);
+            }
+        }
+        Ok(Parsed::Object(members))
+    }
+}
+
+/// An object member's name, borrowed from the input when it has no escapes.
+struct MemberKey<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for MemberKey<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
+            type Value = MemberKey<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<MemberKey<'de>, E> {
+                Ok(MemberKey(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<MemberKey<'de>, E> {
+                Ok(MemberKey(std::borrow::Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<MemberKey<'de>, E> {
+                Ok(MemberKey(std::borrow::Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
 fn invalid(id: Option<RequestId>, detail: impl fmt::Display) -> JsonRpcError {
     JsonRpcError::new(
         id,
@@ -613,6 +765,80 @@ mod tests {
                 .contains("`method` must be a string, found a number"),
             "{e}"
         );
+    }
+
+    /// `parse` reads the members directly; it must answer exactly what
+    /// reading a `Value` and classifying it answers.
+    #[test]
+    fn parse_answers_what_classifying_a_value_answers() {
+        let via_value = |input: &str| -> Result<JsonRpcMessage, JsonRpcError> {
+            let value: Value = serde_json::from_str(input).map_err(|e| {
+                JsonRpcError::new(
+                    None,
+                    ErrorObject::new(ErrorCode::PARSE_ERROR, format!("parse error: {e}")),
+                )
+            })?;
+            JsonRpcMessage::from_value(value)
+        };
+        for input in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"t","_meta":{"a":[1,2.5,null]}}}"#,
+            r#"{"jsonrpc":"2.0","id":"x","method":"m"}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/tasks","params":null}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":[]}"#,
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":5}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"m"}}"#,
+            r#"{"jsonrpc":"2.0","id":1}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":1.0,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":true,"method":"m"}"#,
+            r#"{"jsonrpc":"1.0","id":3,"method":"m"}"#,
+            r#"{"jsonrpc":2,"id":3,"method":"m"}"#,
+            r#"{"id":3,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":5}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"m","params":[1]}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"m","params":"p"}"#,
+            // Repeated members: the last one counts.
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"a","method":"b"}"#,
+            r#"{"jsonrpc":"1.0","jsonrpc":"2.0","id":1,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","error":null}"#,
+            // Escaped member names are the names they spell.
+            r#"{"jsonrpc":"2.0","\u0069d":7,"m\u0065thod":"m"}"#,
+            // Other members are read and dropped.
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","extra":{"deep":[{"x":1e300}]}}"#,
+            // Not messages, and not JSON.
+            "[]",
+            r#"[{"jsonrpc":"2.0","id":1,"method":"m"}]"#,
+            "[1e400]",
+            "null",
+            "true",
+            "12",
+            "-1.5",
+            r#""text""#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","extra":1e400}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m"} trailing"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","x":"\ud800"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m",}"#,
+            "{",
+            "",
+            "\u{feff}{}",
+        ] {
+            assert_eq!(
+                JsonRpcMessage::parse(input.as_bytes()),
+                via_value(input),
+                "{input}"
+            );
+        }
+        // Not UTF-8.
+        let bytes = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\"}";
+        let direct = JsonRpcMessage::parse(bytes).unwrap_err();
+        let value = serde_json::from_slice::<Value>(bytes).unwrap_err();
+        assert_eq!(direct.error.message, format!("parse error: {value}"));
     }
 
     #[test]
