@@ -195,17 +195,18 @@ impl Server {
             // created subtasks (listed in `childTaskIds`) after the task's
             // own batch, so wait after reading it.
             self.created_durably(id).await?;
-            let result = if legacy {
-                serde_json::to_value(crate::model::LegacyCreateTaskResult {
-                    task: super::legacy::legacy_task(&seed(snap)),
-                    meta: None,
-                })
-                .expect("task results serialize")
+            // Serialized straight into the reply (no `Value` in between).
+            return Ok(if legacy {
+                result_reply(
+                    &ctx.id,
+                    crate::model::LegacyCreateTaskResult {
+                        task: super::legacy::legacy_task(&seed(snap)),
+                        meta: None,
+                    },
+                )
             } else {
-                serde_json::to_value(crate::model::CreateTaskResult::new(seed(snap)))
-                    .expect("task results serialize")
-            };
-            return Ok(result_reply(&ctx.id, result));
+                result_reply(&ctx.id, crate::model::CreateTaskResult::new(seed(snap)))
+            });
         }
         self.created_durably(id).await?;
         // A client that did not ask for a task gets the final result; if it
