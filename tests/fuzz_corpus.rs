@@ -130,3 +130,88 @@ fn a_task_id_stored_as_text_is_reported_as_damage_not_as_io() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs a tree on a fresh runtime with one scheduler slot (a root, a busy
+/// subtask, and a subtask that waits: for the slot, for the busy one with
+/// `after`, paused with `pause`; with `handle`, its handler holds the busy
+/// one's handle, as `deep_research` keeps its subtasks' handles), drops
+/// everything, and returns how many owners a value moved into the waiting
+/// subtask's handler still has (1: only the test's).
+fn owners_after_drop(pause: bool, after: bool, handle: bool) -> usize {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use subtask::model::{ClientView, JsonObject, RootOptions};
+    use subtask::runtime::{Runtime, RuntimeConfig, SubtaskOptions};
+
+    let sentinel = Arc::new(());
+    let held = sentinel.clone();
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    tokio.block_on(async move {
+        let rt = Runtime::new(RuntimeConfig {
+            max_running: 1,
+            ..RuntimeConfig::default()
+        });
+        let root = rt.spawn(RootOptions::default(), move |ctx| async move {
+            let busy = ctx.spawn_subtask(SubtaskOptions::default(), |ctx| async move {
+                loop {
+                    ctx.checkpoint().await?;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })?;
+            let opts = if after {
+                SubtaskOptions::default().after(&[&busy])
+            } else {
+                SubtaskOptions::default()
+            };
+            let busy_handle = handle.then(|| busy.clone());
+            let _waiting = ctx.spawn_subtask(opts, move |_ctx| async move {
+                let _held = (held, busy_handle);
+                Ok(JsonObject::new())
+            })?;
+            loop {
+                ctx.checkpoint().await?;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if pause {
+            rt.pause(root, ClientView::PAUSE_AWARE).expect("the root pauses");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    });
+    drop(tokio);
+    std::sync::Arc::strong_count(&sentinel)
+}
+
+/// Found by `server_entry` under LeakSanitizer
+/// (fuzz/regressions/server_entry/leak-paused-queued-child and
+/// leak-deep-research-handle-cycle): a job parked in its own tree (a
+/// subtask paused before it could start, or waiting for a dependency) held
+/// that tree, and through a captured handle the runtime itself, so dropping
+/// the runtime (or the tokio runtime under it) never freed the tree, its
+/// handlers' captures or the tokio timer wheel they reached.
+#[test]
+fn dropping_a_runtime_frees_subtasks_that_never_started() {
+    for handle in [false, true] {
+        assert_eq!(
+            owners_after_drop(false, false, handle),
+            1,
+            "a queued subtask ({handle})"
+        );
+        assert_eq!(
+            owners_after_drop(true, false, handle),
+            1,
+            "paused before it started ({handle})"
+        );
+        assert_eq!(
+            owners_after_drop(false, true, handle),
+            1,
+            "waiting for a dependency ({handle})"
+        );
+        assert_eq!(owners_after_drop(true, true, handle), 1, "both ({handle})");
+    }
+}

@@ -93,6 +93,14 @@ pub(crate) struct Inner {
     pub(crate) lease: std::sync::OnceLock<Arc<super::LeaseGate>>,
 }
 
+/// When the last reference is gone, nothing can start, resume or answer a
+/// task of this runtime again: see [`Inner::shut_down`].
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
 impl Inner {
     pub(crate) fn new(config: RuntimeConfig, store: Option<Arc<dyn TaskStore>>) -> Self {
         Inner {
@@ -140,11 +148,53 @@ impl Inner {
     pub(crate) fn task_count(&self) -> usize {
         self.index.iter().map(|s| s.lock().len()).sum()
     }
+
+    /// No handler or job of this runtime can run again (the runtime is
+    /// dropped, or the tokio runtime it was started on shuts down): every
+    /// queued job and every tree's runtime side table (parked jobs, task
+    /// cells, undelivered answers) is dropped. A job parked in its own tree
+    /// (paused before it started, or waiting for a dependency) holds that
+    /// tree, and a handler's captures may hold this runtime (a
+    /// `SubtaskHandle` in shared state, as `deep_research` keeps): without
+    /// this, such a tree and everything it reached were never freed (found
+    /// by the `server_entry` fuzz target under LeakSanitizer). The forests
+    /// are kept: `get` still answers while anyone holds the runtime.
+    pub(crate) fn shut_down(&self) {
+        let queued = self.sched.take_queued();
+        drop(queued);
+        for shard in self.index.iter() {
+            let trees: Vec<Arc<TreeCell>> = shard
+                .lock()
+                .iter()
+                .filter(|(id, tree)| **id == tree.root)
+                .map(|(_, tree)| tree.clone())
+                .collect();
+            for tree in trees {
+                let rt = std::mem::take(&mut tree.state.lock().rt);
+                // Dropped after the lock: a job's body may own anything.
+                drop(rt);
+            }
+        }
+    }
+}
+
+/// Shuts its runtime down when the timer driver's future is dropped while
+/// the runtime lives: the tokio runtime it runs on is shutting down, and
+/// with it every handler of this runtime.
+struct ShutDownOnDrop(std::sync::Weak<Inner>);
+
+impl Drop for ShutDownOnDrop {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.shut_down();
+        }
+    }
 }
 
 /// Fires TTL expiry and tree deletion. One task per runtime; it holds only a
 /// weak reference so dropping the last `Runtime` stops it.
 pub(crate) async fn timer_driver(inner: std::sync::Weak<Inner>) {
+    let _shut_down = ShutDownOnDrop(inner.clone());
     let Some(changed) = inner.upgrade().map(|s| s.timers.changed.clone()) else {
         return;
     };

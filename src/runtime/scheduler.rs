@@ -135,6 +135,23 @@ impl Scheduler {
         self.pick(&mut st)
     }
 
+    /// Takes every queued job out, for a runtime whose executor is gone
+    /// ([`Inner::shut_down`]): none of them can run any more.
+    pub(crate) fn take_queued(&self) -> Vec<Job> {
+        let mut st = self.state.lock();
+        st.rr.clear();
+        let jobs: Vec<Job> = st
+            .trees
+            .values_mut()
+            .flat_map(|q| {
+                q.in_rr = false;
+                std::mem::take(&mut q.ready)
+            })
+            .collect();
+        self.waiting.store(0, Ordering::Relaxed);
+        jobs
+    }
+
     /// Gives back a slot of `root` and returns the jobs that may run now.
     pub(crate) fn release(&self, root: TaskId) -> Vec<(TaskId, Job)> {
         self.release_n(root, 1)
