@@ -257,6 +257,10 @@ struct LimitArgs {
     /// it is refused with a clear error.
     #[arg(long = "max-live-per-principal", default_value_t = ServerLimits::default().max_live_tasks_per_principal, value_parser = positive)]
     max_live_per_principal: usize,
+    /// Seconds a task created by `tools/call` is kept (its TTL) when its
+    /// tool sets none; a finished tree is deleted a minute after it.
+    #[arg(long = "task-ttl", value_name = "SECONDS", default_value_t = 3600, value_parser = positive)]
+    task_ttl: usize,
 }
 
 /// A whole number of at least 1.
@@ -335,6 +339,7 @@ async fn serve(
         ..ServerConfig::default()
     };
     config.limits.max_live_tasks_per_principal = limits.max_live_per_principal;
+    config.default_task_ttl_ms = Some(limits.task_ttl as u64 * 1000);
     match tokens {
         Some(path) => {
             let text = std::fs::read_to_string(&path)

@@ -775,3 +775,30 @@ fn serve_limits_are_flags_and_waiting_handlers_hold_no_slot() {
     assert_eq!(o.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&o.stderr).contains("must be at least 1"));
 }
+
+/// `serve --task-ttl` is the TTL of tasks whose tool sets none (the soak,
+/// `scripts/soak.sh`, keeps its retained set bounded with it); a tool's own
+/// TTL still wins; 0 is a usage error.
+#[test]
+fn serve_task_ttl_is_a_flag() {
+    let s = serve_with(&["--task-ttl", "120"]);
+    let ttl_of = |args: &str| -> Value {
+        let o = cli(&s.url, &["call", "fanout", args, "--json"]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let line: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+        let id = line["taskId"].as_str().expect("a task").to_owned();
+        let o = cli(&s.url, &["get", &id, "--json"]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let task: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+        task["ttlMs"].clone()
+    };
+    assert_eq!(ttl_of(r#"{"width":0,"steps":0}"#), json!(120_000));
+    assert_eq!(ttl_of(r#"{"width":0,"steps":0,"ttlMs":5000}"#), json!(5000));
+
+    let o = Command::new(BIN)
+        .args(["serve", "--memory", "--task-ttl", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("must be at least 1"));
+}
