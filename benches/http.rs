@@ -36,7 +36,6 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::borrow::Cow;
-use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -202,7 +201,10 @@ impl Tally {
 
 // ----- the load generator's HTTP client --------------------------------------
 
-/// One keep-alive HTTP/1.1 connection to a server's `/mcp`.
+/// One keep-alive HTTP/1.1 connection to a server's `/mcp`. Requests are
+/// written in one piece and answers read by `Content-Length` (or chunks)
+/// with byte scans, so the load generator spends little of the CPU the
+/// server under test shares with it.
 struct Conn {
     stream: TcpStream,
     host: String,
@@ -212,6 +214,10 @@ struct Conn {
     next_id: u64,
     requests: u64,
 }
+
+/// Every this many task answers a connection also reads in full with
+/// serde_json and checks that the scan read the same fields.
+const FULL_READ_EVERY: u64 = 32;
 
 impl Conn {
     async fn open(addr: SocketAddr) -> Conn {
@@ -233,25 +239,46 @@ impl Conn {
     ///
     /// # Panics
     ///
-    /// On any HTTP status but 200, a JSON-RPC error, an SSE answer or a
-    /// broken connection: the bench measures correct answers only.
+    /// On any HTTP status but 200, an SSE answer or a broken connection:
+    /// the bench measures correct answers only.
     async fn call(&mut self, method: &str, name: &str, params: &str) -> &[u8] {
         let id = self.next_id;
         self.next_id += 1;
         self.requests += 1;
-        let body =
-            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{{params},{META}}}}}"#);
-        self.out.clear();
-        write!(
-            self.out,
-            "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {PROTOCOL}\r\n\
-             Mcp-Method: {method}\r\nMcp-Name: {name}\r\nContent-Length: {}\r\n\r\n",
-            self.host,
-            body.len()
-        )
-        .expect("write to a Vec");
-        self.out.extend_from_slice(body.as_bytes());
+        let mut digits = [0u8; 20];
+        let id = decimal(id, &mut digits);
+        let body = [
+            br#"{"jsonrpc":"2.0","id":"#.as_slice(),
+            id,
+            br#","method":""#,
+            method.as_bytes(),
+            br#"","params":{"#,
+            params.as_bytes(),
+            b",",
+            META.as_bytes(),
+            b"}}",
+        ];
+        let length: usize = body.iter().map(|p| p.len()).sum();
+        let mut length_digits = [0u8; 20];
+        let out = &mut self.out;
+        out.clear();
+        out.extend_from_slice(b"POST /mcp HTTP/1.1\r\nHost: ");
+        out.extend_from_slice(self.host.as_bytes());
+        out.extend_from_slice(
+            b"\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+              MCP-Protocol-Version: ",
+        );
+        out.extend_from_slice(PROTOCOL.as_bytes());
+        out.extend_from_slice(b"\r\nMcp-Method: ");
+        out.extend_from_slice(method.as_bytes());
+        out.extend_from_slice(b"\r\nMcp-Name: ");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\r\nContent-Length: ");
+        out.extend_from_slice(decimal(length as u64, &mut length_digits));
+        out.extend_from_slice(b"\r\n\r\n");
+        for part in body {
+            out.extend_from_slice(part);
+        }
         self.stream.write_all(&self.out).await.expect("send a request");
         let status = self.read_answer().await;
         assert!(
@@ -262,6 +289,23 @@ impl Conn {
         &self.body
     }
 
+    /// [`Conn::call`] for an answer that is a task (`CreateTaskResult` or
+    /// `GetTaskResult`): its id and status.
+    async fn task(&mut self, method: &str, name: &str, params: &str) -> TaskFields<'_> {
+        let full_read = self.requests.is_multiple_of(FULL_READ_EVERY);
+        let body = self.call(method, name, params).await;
+        let task = task_of(body);
+        if full_read {
+            let full = task_read_in_full(body);
+            assert!(
+                full.task_id == task.task_id && full.status == task.status,
+                "the scan and serde_json read different fields from {}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        task
+    }
+
     /// Reads one answer into `self.body`; returns its HTTP status.
     async fn read_answer(&mut self) -> u16 {
         let head_end = loop {
@@ -270,26 +314,37 @@ impl Conn {
             }
             self.fill().await;
         };
-        let head = std::str::from_utf8(&self.buf[..head_end]).expect("an ASCII head");
-        let status: u16 = head
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .expect("a status line");
+        let head = &self.buf[..head_end];
+        assert!(
+            head.len() > 12 && head.starts_with(b"HTTP/1.1 "),
+            "not an HTTP/1.1 answer: {}",
+            String::from_utf8_lossy(head)
+        );
+        let status = head[9..12]
+            .iter()
+            .fold(0u16, |n, d| n * 10 + u16::from(d.wrapping_sub(b'0')));
         let mut length = None;
         let mut chunked = false;
-        for line in head.split("\r\n").skip(1) {
-            let Some((k, v)) = line.split_once(':') else {
+        let mut at = find(head, b"\r\n").expect("a status line") + 2;
+        while at + 2 < head.len() {
+            let end = at + find(&head[at..], b"\r\n").expect("a header line");
+            let line = &head[at..end];
+            at = end + 2;
+            let Some(colon) = line.iter().position(|&c| c == b':') else {
                 continue;
             };
-            let v = v.trim();
-            if k.eq_ignore_ascii_case("content-length") {
-                length = Some(v.parse::<usize>().expect("a Content-Length"));
-            } else if k.eq_ignore_ascii_case("transfer-encoding") {
-                chunked = v.eq_ignore_ascii_case("chunked");
-            } else if k.eq_ignore_ascii_case("content-type") {
+            let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+            if name.eq_ignore_ascii_case(b"content-length") {
+                length = Some(
+                    value
+                        .iter()
+                        .fold(0usize, |n, d| n * 10 + usize::from(d.wrapping_sub(b'0'))),
+                );
+            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+                chunked = value.eq_ignore_ascii_case(b"chunked");
+            } else if name.eq_ignore_ascii_case(b"content-type") {
                 assert!(
-                    !v.starts_with("text/event-stream"),
+                    !value.starts_with(b"text/event-stream"),
                     "the server answered with an SSE stream, not one JSON message"
                 );
             }
@@ -336,8 +391,30 @@ impl Conn {
     }
 }
 
+/// `n` in decimal, written into `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    let (&first, rest) = needle.split_first()?;
+    let mut from = 0;
+    while let Some(i) = hay[from..].iter().position(|&c| c == first) {
+        let at = from + i;
+        if hay[at + 1..].starts_with(rest) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
 }
 
 /// The fields of a task answer (`CreateTaskResult` or `GetTaskResult`,
@@ -356,7 +433,39 @@ struct TaskFields<'a> {
     status: Cow<'a, str>,
 }
 
+/// The id and status of the task in a result answer, by a scan for the
+/// first `"taskId":"…"` and `"status":"…"` after `"result":{` (both servers
+/// write the task's own fields before its payload); every
+/// [`FULL_READ_EVERY`]th answer is also read in full and compared.
+///
+/// # Panics
+///
+/// When the answer is not a result with a task (an error answer, say).
 fn task_of(body: &[u8]) -> TaskFields<'_> {
+    let fail = || -> ! { panic!("not a task result: {}", String::from_utf8_lossy(body)) };
+    let result = find(body, br#""result":{"#).unwrap_or_else(|| fail());
+    let string_after = |key: &[u8]| -> Cow<'_, str> {
+        let at = result + find(&body[result..], key).unwrap_or_else(|| fail()) + key.len();
+        let len = body[at..]
+            .iter()
+            .position(|&c| c == b'"')
+            .unwrap_or_else(|| fail());
+        let text = &body[at..at + len];
+        assert!(
+            !text.contains(&b'\\'),
+            "an escaped string in {}",
+            String::from_utf8_lossy(body)
+        );
+        Cow::Borrowed(std::str::from_utf8(text).unwrap_or_else(|_| fail()))
+    };
+    TaskFields {
+        task_id: string_after(br#""taskId":""#),
+        status: string_after(br#""status":""#),
+    }
+}
+
+/// The same fields read with serde_json.
+fn task_read_in_full(body: &[u8]) -> TaskFields<'_> {
     let answer: Answer<'_> = serde_json::from_slice(body)
         .unwrap_or_else(|e| panic!("an unreadable answer ({e}): {}", String::from_utf8_lossy(body)));
     answer
@@ -739,13 +848,13 @@ fn call_complete_loop(gets: Arc<AtomicUsize>) -> impl Fn(usize, Conn, Instant) -
             let call = call_params("quick");
             while Instant::now() < deadline {
                 let t0 = Instant::now();
-                let seed = task_of(conn.call("tools/call", "quick", &call).await);
+                let seed = conn.task("tools/call", "quick", &call).await;
                 assert_eq!(seed.status, "working", "a new task's seed state");
                 let id = seed.task_id.into_owned();
                 let get = get_params(&id);
                 loop {
                     gets.fetch_add(1, Ordering::Relaxed);
-                    let task = task_of(conn.call("tasks/get", &id, &get).await);
+                    let task = conn.task("tasks/get", &id, &get).await;
                     assert_eq!(task.task_id, id.as_str());
                     match task.status.as_ref() {
                         "completed" => break,
@@ -772,7 +881,7 @@ fn get_live_loop(ids: Arc<Vec<String>>, seed: u64) -> impl Fn(usize, Conn, Insta
                 let id = &ids[rng.below(ids.len())];
                 let get = get_params(id);
                 let t0 = Instant::now();
-                let task = task_of(conn.call("tasks/get", id, &get).await);
+                let task = conn.task("tasks/get", id, &get).await;
                 stats.latencies_us.push(t0.elapsed().as_micros() as u32);
                 assert_eq!(task.task_id, id.as_str());
                 assert_eq!(task.status, "working", "a live task");
@@ -825,7 +934,7 @@ fn prefill(lg: &tokio::runtime::Runtime, pool: &mut Pool, n: usize) -> (Vec<Stri
                     let call = call_params("park");
                     let mut ids = Vec::new();
                     while next.fetch_add(1, Ordering::Relaxed) < n {
-                        let seed = task_of(conn.call("tools/call", "park", &call).await);
+                        let seed = conn.task("tools/call", "park", &call).await;
                         assert_eq!(seed.status, "working");
                         ids.push(seed.task_id.into_owned());
                     }
@@ -1149,7 +1258,8 @@ fn sqlite_scale(lg: &tokio::runtime::Runtime, live: usize, label: &str) {
 /// profiler (`valgrind --tool=callgrind --separate-threads=yes`, then the
 /// server's threads' files): subtask's server (in memory) with 1,000 live
 /// tasks, then 20,000 `tasks/get` of live tasks and 5,000 call-completes
-/// from 4 loops (`SUBTASK_HTTP_PROFILE_GETS`, `SUBTASK_HTTP_PROFILE_CALLS`).
+/// from 4 loops (`SUBTASK_HTTP_PROFILE_LIVE`, `SUBTASK_HTTP_PROFILE_GETS`,
+/// `SUBTASK_HTTP_PROFILE_CALLS`).
 fn profile(lg: &tokio::runtime::Runtime) {
     let count = |var: &str, default: usize| {
         std::env::var(var)
@@ -1159,7 +1269,8 @@ fn profile(lg: &tokio::runtime::Runtime) {
     };
     let gets = count("SUBTASK_HTTP_PROFILE_GETS", 20_000);
     let calls = count("SUBTASK_HTTP_PROFILE_CALLS", 5_000);
-    let mut sub = Side::new(lg, "subtask", start_subtask(&Store::Memory), 1000);
+    let live = count("SUBTASK_HTTP_PROFILE_LIVE", 1000);
+    let mut sub = Side::new(lg, "subtask", start_subtask(&Store::Memory), live);
     // `SUBTASK_HTTP_PROFILE_TARGET=axum`: the same gets against the bare
     // handler instead (its answer: a real tasks/get answer of subtask's).
     if std::env::var("SUBTASK_HTTP_PROFILE_TARGET").as_deref() == Ok("axum") {
@@ -1210,17 +1321,13 @@ fn profile(lg: &tokio::runtime::Runtime) {
                     let mut rng = Rng::new(0x9f0f ^ i as u64);
                     for _ in 0..gets / LIGHT_LOOPS {
                         let id = &ids[rng.below(ids.len())];
-                        let task = task_of(conn.call("tasks/get", id, &get_params(id)).await);
+                        let task = conn.task("tasks/get", id, &get_params(id)).await;
                         assert_eq!(task.status, "working");
                     }
                     let call = call_params("quick");
                     for _ in 0..calls / LIGHT_LOOPS {
-                        let id = task_of(conn.call("tools/call", "quick", &call).await)
-                            .task_id
-                            .into_owned();
-                        while task_of(conn.call("tasks/get", &id, &get_params(&id)).await).status
-                            != "completed"
-                        {}
+                        let id = conn.task("tools/call", "quick", &call).await.task_id.into_owned();
+                        while conn.task("tasks/get", &id, &get_params(&id)).await.status != "completed" {}
                     }
                     conn
                 })
