@@ -27,7 +27,15 @@ fn run(target: &str, body: fn(&[u8])) -> usize {
     for dir in ["corpus", "regressions"] {
         for file in files(&root.join(dir).join(target)) {
             let data = std::fs::read(&file).expect("a readable corpus file");
-            let outcome = std::panic::catch_unwind(|| body(&data));
+            // Each input on its own thread, with a hang guard (libFuzzer's
+            // -timeout plays this part when fuzzing).
+            let (done, ended) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = done.send(std::panic::catch_unwind(|| body(&data)));
+            });
+            let outcome = ended
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("{target}: {} does not finish within 60 s", file.display()));
             if let Err(e) = outcome {
                 let msg = e
                     .downcast_ref::<String>()
@@ -214,4 +222,28 @@ fn dropping_a_runtime_frees_subtasks_that_never_started() {
         );
         assert_eq!(owners_after_drop(true, true, handle), 1, "both ({handle})");
     }
+}
+
+/// Found by `client_answers` (fuzz/regressions/client_answers/
+/// timeout-spin-while-polls-full, minimized to spin-minimal): with every
+/// poll slot taken by a request the server does not answer and another
+/// task due, the walk's timer was armed at a past instant and fired at
+/// once, again and again: a busy loop for as long as the request took
+/// (with a paused clock, forever). The walk must end (here with the
+/// silent request's timeout and the retries after it); the bound is a
+/// hang guard, not a timing assertion.
+#[test]
+fn a_walk_with_every_poll_slot_taken_waits_instead_of_spinning() {
+    let script = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/client_answers/spin-minimal"),
+    )
+    .expect("the reproducer");
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        target("client_answers")(&script);
+        let _ = done.send(());
+    });
+    ended
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the walk ends instead of spinning");
 }

@@ -232,7 +232,13 @@ impl TreeWatch {
 
     async fn step(&mut self) -> Result<(), ClientError> {
         self.start_due_polls();
-        let wake_at = self.next_due();
+        // With every poll slot taken, a due task waits for a poll to end,
+        // not for its time: a timer at a past instant would fire at once,
+        // again and again, and spin until the poll ends (found by the
+        // client_answers fuzz target: with a paused clock the spin never
+        // let the in-flight poll's timeout come).
+        let full = self.polls.len() >= self.client.config().max_concurrent_polls.max(1);
+        let wake_at = if full { None } else { self.next_due() };
         if self.mode == Mode::Snapshot && self.polls.is_empty() && wake_at.is_none() {
             self.done = true;
             return Ok(());
