@@ -228,7 +228,7 @@ impl Server {
                 }
             }
         }
-        let caps = meta.client_capabilities.clone().unwrap_or_default();
+        let caps = meta.client_capabilities.unwrap_or_default();
         let tasks = caps.tasks();
         if TASK_METHODS.contains(&req.method.as_str()) && tasks.is_none() {
             return Err(ErrorObject::tasks_extension_required().into());

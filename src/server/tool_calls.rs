@@ -144,9 +144,12 @@ impl Server {
             _ => {}
         }
         let call = self.read_call(req, ctx, name)?;
+        // A copy of the call for the task's stored launch, only when a
+        // store keeps one; the tool gets the call itself.
+        let kept = self.inner.runtime.store().map(|_| call.clone());
         let outcome = match tool.spec.check_arguments(&call.arguments) {
             Err(e) => ToolOutcome::Complete(super::tool::error_result(format!("{e}"))),
-            Ok(()) => tool.tool.call(call.clone()).await,
+            Ok(()) => tool.tool.call(call).await,
         };
         let (body, ttl_ms) = match outcome {
             ToolOutcome::Error(e) => return Err(e),
@@ -176,7 +179,7 @@ impl Server {
         };
         // A store that cannot keep a new task refuses it before it starts.
         self.writable()?;
-        let id = self.start_task(&ctx.principal, &tool, &call, body, ttl_ms)?;
+        let id = self.start_task(&ctx.principal, &tool, kept.as_ref(), body, ttl_ms)?;
         let returns_task = match mode {
             CallMode::Modern => ctx.tasks.is_some(),
             CallMode::LegacyTask { .. } => true,
@@ -262,12 +265,13 @@ impl Server {
     }
 
     /// Starts the root task of a `tools/call`, owned by the caller, with
-    /// what a durable store needs to run it again.
+    /// what a durable store needs to run it again (`call`, present when
+    /// the runtime has a store).
     fn start_task(
         &self,
         principal: &Principal,
         tool: &RegisteredTool,
-        call: &ToolCall,
+        call: Option<&ToolCall>,
         body: super::TaskBody,
         ttl_ms: Option<u64>,
     ) -> Result<TaskId, ErrorObject> {
@@ -275,7 +279,7 @@ impl Server {
             ttl_ms,
             poll_interval_ms: None,
         };
-        let launch = self.inner.runtime.store().map(|_| Launch {
+        let launch = call.map(|call| Launch {
             resumable: tool.spec.resumable,
             call: super::tool::launch_of(call),
         });
