@@ -139,6 +139,31 @@ fn threads_cpu(prefixes: &[&str]) -> Duration {
     Duration::from_nanos(ns)
 }
 
+/// User and kernel CPU ticks (`/proc/self/task/<tid>/stat`, utime and
+/// stime, 1/100 s each) of the threads `threads_cpu` counts: the share of
+/// a server's CPU spent in the kernel (its socket calls and wake-ups).
+fn threads_ticks(prefixes: &[&str]) -> (u64, u64) {
+    let (mut user, mut sys) = (0, 0);
+    let tasks = std::fs::read_dir("/proc/self/task").expect("read /proc/self/task");
+    for entry in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ...`: the name may hold spaces, so split after ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if !prefixes.iter().any(|p| stat[open + 1..close].starts_with(p)) {
+            continue;
+        }
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        // Fields 14 and 15 of the line; the rest starts at field 3.
+        user += fields[11].parse::<u64>().expect("utime");
+        sys += fields[12].parse::<u64>().expect("stime");
+    }
+    (user, sys)
+}
+
 fn percentile(sorted: &[u32], p: f64) -> u32 {
     assert!(!sorted.is_empty(), "no latencies recorded");
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -156,6 +181,8 @@ struct Tally {
     cpu: Duration,
     /// The load generator's CPU over the same windows.
     client_cpu: Duration,
+    /// The server's user and kernel ticks over the same windows.
+    ticks: (u64, u64),
     latencies_us: Vec<u32>,
     rounds: Vec<f64>,
 }
@@ -168,6 +195,8 @@ impl Tally {
         self.elapsed += w.elapsed;
         self.cpu += w.cpu;
         self.client_cpu += w.client_cpu;
+        self.ticks.0 += w.ticks.0;
+        self.ticks.1 += w.ticks.1;
         self.latencies_us.extend(w.latencies_us);
     }
 
@@ -178,6 +207,12 @@ impl Tally {
     /// Server CPU per 1,000 requests, in ms.
     fn cpu_per_1k_ms(&self) -> f64 {
         self.cpu.as_secs_f64() * 1e3 / (self.requests as f64 / 1e3)
+    }
+
+    /// The share of the server's CPU spent in the kernel, in percent.
+    fn kernel_percent(&self) -> f64 {
+        let (user, sys) = self.ticks;
+        100.0 * sys as f64 / (user + sys).max(1) as f64
     }
 
     /// The load generator's CPU per 1,000 requests, in ms.
@@ -497,6 +532,10 @@ impl Host {
     fn cpu(&self) -> Duration {
         threads_cpu(&self.threads)
     }
+
+    fn ticks(&self) -> (u64, u64) {
+        threads_ticks(&self.threads)
+    }
 }
 
 impl Drop for Host {
@@ -781,6 +820,7 @@ struct Window {
     elapsed: Duration,
     cpu: Duration,
     client_cpu: Duration,
+    ticks: (u64, u64),
     latencies_us: Vec<u32>,
 }
 
@@ -802,6 +842,7 @@ fn measure(
     let conns: Vec<Conn> = pool.conns.drain(..loops).collect();
     let requests0: u64 = conns.iter().map(|c| c.requests).sum();
     let cpu0 = host.cpu();
+    let ticks0 = host.ticks();
     let client0 = threads_cpu(&[LOADGEN_THREADS]);
     let t0 = Instant::now();
     let deadline = t0 + length;
@@ -821,12 +862,18 @@ fn measure(
     let elapsed = t0.elapsed();
     let cpu = host.cpu().saturating_sub(cpu0);
     let client_cpu = threads_cpu(&[LOADGEN_THREADS]).saturating_sub(client0);
+    let ticks1 = host.ticks();
+    let ticks = (
+        ticks1.0.saturating_sub(ticks0.0),
+        ticks1.1.saturating_sub(ticks0.1),
+    );
     let mut w = Window {
         ops: 0,
         requests: 0,
         elapsed,
         cpu,
         client_cpu,
+        ticks,
         latencies_us: Vec::new(),
     };
     for (conn, stats) in results {
@@ -1054,19 +1101,24 @@ fn print_call_complete(name: &str, s: &mut Side, peer: Option<&mut Side>) {
             s.call_complete.rate() / peer.call_complete.rate()
         );
         println!(
-            "# {name}: rmcp rounds {} tasks/s, p50_us={} p99_us={}, {:.2} gets per task, server CPU {:.1} ms per 1k requests",
+            "# {name}: rmcp rounds {} tasks/s, p50_us={} p99_us={}, {:.2} gets per task, server CPU {:.1} ms \
+             per 1k requests ({:.0}% in the kernel)",
             peer.call_complete.rounds(),
             peer.call_complete.p(0.50),
             peer.call_complete.p(0.99),
             peer.gets_per_task(),
-            peer.call_complete.cpu_per_1k_ms()
+            peer.call_complete.cpu_per_1k_ms(),
+            peer.call_complete.kernel_percent()
         );
     }
     println!(
-        "# {name}: subtask rounds {} tasks/s, {:.2} gets per task, server CPU {:.1} ms per 1k requests",
+        "# {name}: subtask rounds {} tasks/s, {:.2} gets per task, server CPU {:.1} ms per 1k requests \
+         ({:.0}% in the kernel), load generator CPU {:.1} ms per 1k requests",
         s.call_complete.rounds(),
         s.gets_per_task(),
-        s.call_complete.cpu_per_1k_ms()
+        s.call_complete.cpu_per_1k_ms(),
+        s.call_complete.kernel_percent(),
+        s.call_complete.client_cpu_per_1k_ms()
     );
     println!("{line} p50_us={p50} p99_us={p99}");
 }
@@ -1084,17 +1136,22 @@ fn print_get_live(name: &str, s: &mut Side, peer: Option<&mut Side>) {
             s.get_live.rate() / peer.get_live.rate()
         );
         println!(
-            "# {name}: rmcp rounds {} gets/s, p50_us={} p99_us={}, server CPU {:.1} ms per 1k requests",
+            "# {name}: rmcp rounds {} gets/s, p50_us={} p99_us={}, server CPU {:.1} ms per 1k requests \
+             ({:.0}% in the kernel)",
             peer.get_live.rounds(),
             peer.get_live.p(0.50),
             peer.get_live.p(0.99),
-            peer.get_live.cpu_per_1k_ms()
+            peer.get_live.cpu_per_1k_ms(),
+            peer.get_live.kernel_percent()
         );
     }
     println!(
-        "# {name}: subtask rounds {} gets/s, server CPU {:.1} ms per 1k requests",
+        "# {name}: subtask rounds {} gets/s, server CPU {:.1} ms per 1k requests ({:.0}% in the kernel), \
+         load generator CPU {:.1} ms per 1k requests",
         s.get_live.rounds(),
-        s.get_live.cpu_per_1k_ms()
+        s.get_live.cpu_per_1k_ms(),
+        s.get_live.kernel_percent(),
+        s.get_live.client_cpu_per_1k_ms()
     );
     println!("{line}");
 }
@@ -1176,13 +1233,14 @@ fn memory_scale(lg: &tokio::runtime::Runtime, live: usize, with_peer: bool, labe
         let sub_call = sub.call_complete.cpu_per_1k_ms();
         let axum = tally.cpu_per_1k_ms();
         println!(
-            "# bare axum handler: rounds {} requests/s, p50_us={} p99_us={}; load generator CPU {:.2} ms \
-             per 1k requests (subtask's tasks/get rounds: {:.2})",
+            "# bare axum handler: rounds {} requests/s, p50_us={} p99_us={}, server CPU {:.2} ms per 1k \
+             requests ({:.0}% in the kernel), load generator CPU {:.1} ms per 1k requests",
             tally.rounds(),
             tally.p(0.50),
             tally.p(0.99),
-            tally.client_cpu_per_1k_ms(),
-            sub.get_live.client_cpu_per_1k_ms()
+            tally.cpu_per_1k_ms(),
+            tally.kernel_percent(),
+            tally.client_cpu_per_1k_ms()
         );
         println!(
             "# http_cpu_per_1k: server CPU (ms) per 1,000 requests at 1k live: tasks/get \
@@ -1207,7 +1265,11 @@ fn memory_scale(lg: &tokio::runtime::Runtime, live: usize, with_peer: bool, labe
 /// than this whole bench.
 fn scale_100k(lg: &tokio::runtime::Runtime, store: &Store, suffix: &str) {
     let length = window();
-    let mut sub = Side::new(lg, "subtask", start_subtask(store), 100_000);
+    let name = match store {
+        Store::Memory => "subtask",
+        Store::Sqlite(_) => "subtask (SQLite)",
+    };
+    let mut sub = Side::new(lg, name, start_subtask(store), 100_000);
     sub.get_live(lg, warm_up(), LOOPS, false);
     for _ in 0..ROUNDS {
         sub.get_live(lg, length, LOOPS, true);
