@@ -561,6 +561,14 @@ fn check_message(answer: &JsonRpcMessage, status: u16, sent: &Sent, seen: &mut S
     }
 }
 
+/// The method of the request `sent` carried, if it was a request.
+fn asked_method(sent: &Sent) -> Option<&str> {
+    match &sent.message {
+        Some(JsonRpcMessage::Request(r)) => Some(r.method.as_str()),
+        _ => None,
+    }
+}
+
 /// Whether the request went down the 2026-07-28 path (its `_meta` names the version).
 fn is_modern(params: Option<&JsonObject>) -> bool {
     params
@@ -675,6 +683,21 @@ async fn check_stream(body: Body, sent: &Sent, seen: &mut Seen) {
                         let _: &DetailedTask = &p.task;
                     }
                     seen.learn(&params);
+                }
+                // The 2025-11-25 `tasks/result` stream carries the task's
+                // input requests to the client, ids naming task and key.
+                JsonRpcMessage::Request(r) if asked_method(sent) == Some("tasks/result") => {
+                    assert!(
+                        matches!(
+                            r.method.as_str(),
+                            "elicitation/create" | "sampling/createMessage" | "roots/list"
+                        ),
+                        "a tasks/result stream asks for input only: {data}"
+                    );
+                    assert!(
+                        r.id.to_string().contains("subtask-input:"),
+                        "an input request's id names its task and key: {data}"
+                    );
                 }
                 _ => {
                     check_message(&msg, 200, sent, seen, data.as_bytes());
