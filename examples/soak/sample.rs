@@ -225,6 +225,25 @@ pub fn judge(
         mib(last_rss),
         mib(max_rss)
     ));
+    // Information: the least-squares slope of RSS over trees created after
+    // warm-up (a leak per tree shows here long before it reaches 10%).
+    let n = post.len() as f64;
+    let (mx, my) = (
+        post.iter().map(|s| s.trees as f64).sum::<f64>() / n,
+        post.iter().map(|s| s.rss_kib as f64).sum::<f64>() / n,
+    );
+    let sxx: f64 = post.iter().map(|s| (s.trees as f64 - mx).powi(2)).sum();
+    let sxy: f64 = post
+        .iter()
+        .map(|s| (s.trees as f64 - mx) * (s.rss_kib as f64 - my))
+        .sum();
+    if sxx > 0.0 {
+        lines.push(format!(
+            "rss slope after warm-up: {:+.1} KiB per 1,000 trees created ({} trees in that window)",
+            sxy / sxx * 1000.0,
+            post[post.len() - 1].trees - post[0].trees
+        ));
+    }
     if !rule_applies {
         lines.push(format!(
             "rss rule not applied: the warm-up ({warmup_s:.0} s) is more than half of the load \
