@@ -37,10 +37,24 @@ pub struct Sample {
     pub fds: u64,
     /// `Threads`.
     pub threads: u64,
+    /// CPU time the server used so far (user + system), in seconds.
+    pub cpu_s: f64,
     /// Trees created so far.
     pub trees: u64,
     /// Requests the soak sent so far.
     pub requests: u64,
+}
+
+/// CPU seconds (user + system) of `pid`, from `/proc/<pid>/stat` (in
+/// `USER_HZ`, 100 per second on Linux).
+pub fn read_cpu(pid: u32) -> std::io::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The fields after the command name, which is in parentheses.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // utime and stime are fields 14 and 15 of stat(5); here 11 and 12.
+    Ok((ticks(11) + ticks(12)) as f64 / 100.0)
 }
 
 /// Reads `(rss, hwm, threads, fds)` of `pid`.
@@ -77,7 +91,7 @@ impl Sampler {
         mut csv: File,
         counts: Arc<dyn Fn() -> (u64, u64) + Send + Sync>,
     ) -> std::io::Result<Self> {
-        writeln!(csv, "t_s,phase,rss_kib,hwm_kib,fds,threads,trees,requests")?;
+        writeln!(csv, "t_s,phase,rss_kib,hwm_kib,fds,threads,cpu_s,trees,requests")?;
         Ok(Sampler {
             pid,
             started,
@@ -96,6 +110,7 @@ impl Sampler {
     /// Takes one sample now.
     pub fn sample(&self) -> std::io::Result<Sample> {
         let (rss_kib, hwm_kib, threads, fds) = read_proc(self.pid)?;
+        let cpu_s = read_cpu(self.pid)?;
         let (trees, requests) = (self.counts)();
         let s = Sample {
             t: self.started.elapsed().as_secs_f64(),
@@ -104,18 +119,20 @@ impl Sampler {
             hwm_kib,
             fds,
             threads,
+            cpu_s,
             trees,
             requests,
         };
         let _ = writeln!(
             self.csv.lock(),
-            "{:.1},{},{},{},{},{},{},{}",
+            "{:.1},{},{},{},{},{},{:.2},{},{}",
             s.t,
             s.phase,
             s.rss_kib,
             s.hwm_kib,
             s.fds,
             s.threads,
+            s.cpu_s,
             s.trees,
             s.requests
         );
@@ -190,6 +207,16 @@ pub fn judge(
         return Verdict { lines, failures };
     };
     let max_rss = during.iter().map(|s| s.rss_kib).max().unwrap_or(0);
+    if let (Some(a), Some(b)) = (during.first(), during.last())
+        && b.t > a.t
+    {
+        lines.push(format!(
+            "server cpu: {:.0} s in {:.0} s of load ({:.0}% of one core; user + system from /proc/<pid>/stat)",
+            b.cpu_s - a.cpu_s,
+            b.t - a.t,
+            (b.cpu_s - a.cpu_s) / (b.t - a.t) * 100.0
+        ));
+    }
     let max_fds = during.iter().map(|s| s.fds).max().unwrap_or(0);
     let post: Vec<&&Sample> = during.iter().filter(|s| s.t >= load.0 + warmup_s).collect();
     let k = (post.len() / 10).max(6);
