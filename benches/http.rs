@@ -1018,6 +1018,8 @@ struct Side {
     pool: Pool,
     ids: Arc<Vec<String>>,
     call_complete: Tally,
+    /// Tasks completed by call-complete windows, warm-ups included.
+    completed: u64,
     call_gets: Arc<AtomicUsize>,
     get_live: Tally,
     light: Tally,
@@ -1037,6 +1039,7 @@ impl Side {
             pool,
             ids: Arc::new(ids),
             call_complete: Tally::default(),
+            completed: 0,
             call_gets: Arc::new(AtomicUsize::new(0)),
             get_live: Tally::default(),
             light: Tally::default(),
@@ -1057,6 +1060,7 @@ impl Side {
             length,
             call_complete_loop(gets),
         );
+        self.completed += w.ops;
         if record {
             self.call_complete.add(w);
         }
@@ -1176,11 +1180,12 @@ fn memory_scale(lg: &tokio::runtime::Runtime, live: usize, with_peer: bool, labe
     } else {
         None
     };
-    // Warm-up: every server once, unrecorded.
-    sub.call_complete(lg, warm_up(), false);
+    // The tasks/get rounds first, while each server holds its live tasks
+    // only; then the call-complete rounds, whose completed tasks each
+    // server keeps for their TTL. Each part starts with an unrecorded
+    // warm-up of every server; who goes first alternates by round.
     sub.get_live(lg, warm_up(), LOOPS, false);
     if let Some(p) = peer.as_mut() {
-        p.call_complete(lg, warm_up(), false);
         p.get_live(lg, warm_up(), LOOPS, false);
     }
     if let Some((host, pool, sample, _)) = bare.as_mut() {
@@ -1193,21 +1198,9 @@ fn memory_scale(lg: &tokio::runtime::Runtime, live: usize, with_peer: bool, labe
             bare_loop(sub.ids.clone(), sample.clone(), 1),
         );
     }
+    let orders: [[bool; 2]; 2] = [[true, false], [false, true]];
     for round in 0..ROUNDS {
-        // Alternate who goes first.
-        let order: [bool; 2] = if round % 2 == 0 {
-            [true, false]
-        } else {
-            [false, true]
-        };
-        for first_is_sub in order {
-            if first_is_sub {
-                sub.call_complete(lg, length, true);
-            } else if let Some(p) = peer.as_mut() {
-                p.call_complete(lg, length, true);
-            }
-        }
-        for first_is_sub in order {
+        for first_is_sub in orders[round % 2] {
             if first_is_sub {
                 sub.get_live(lg, length, LOOPS, true);
                 if let Some((host, pool, sample, tally)) = bare.as_mut() {
@@ -1226,6 +1219,27 @@ fn memory_scale(lg: &tokio::runtime::Runtime, live: usize, with_peer: bool, labe
             }
         }
     }
+    sub.call_complete(lg, warm_up(), false);
+    if let Some(p) = peer.as_mut() {
+        p.call_complete(lg, warm_up(), false);
+    }
+    for round in 0..ROUNDS {
+        for first_is_sub in orders[round % 2] {
+            if first_is_sub {
+                sub.call_complete(lg, length, true);
+            } else if let Some(p) = peer.as_mut() {
+                p.call_complete(lg, length, true);
+            }
+        }
+    }
+    println!(
+        "# http_call_complete_{label}: completed tasks are kept for their TTL on both sides: at the end \
+         subtask held {live} live and {} completed tasks{}",
+        sub.completed,
+        peer.as_ref()
+            .map(|p| format!(", rmcp {live} live and {} completed", p.completed))
+            .unwrap_or_default()
+    );
     print_call_complete(&format!("http_call_complete_{label}"), &mut sub, peer.as_mut());
     print_get_live(&format!("http_get_live_{label}"), &mut sub, peer.as_mut());
     if let Some((_, _, _, mut tally)) = bare {
@@ -1298,11 +1312,15 @@ fn sqlite_scale(lg: &tokio::runtime::Runtime, live: usize, label: &str) {
         start_subtask(&Store::Sqlite(dir.db())),
         live,
     );
-    sub.call_complete(lg, warm_up(), false);
+    // As at the in-memory scales: the tasks/get rounds first, then the
+    // call-complete rounds.
     sub.get_live(lg, warm_up(), LOOPS, false);
     for _ in 0..ROUNDS {
-        sub.call_complete(lg, length, true);
         sub.get_live(lg, length, LOOPS, true);
+    }
+    sub.call_complete(lg, warm_up(), false);
+    for _ in 0..ROUNDS {
+        sub.call_complete(lg, length, true);
     }
     print_call_complete(&format!("http_call_complete_{label}_sqlite"), &mut sub, None);
     print_get_live(&format!("http_get_live_{label}_sqlite"), &mut sub, None);
