@@ -76,9 +76,11 @@ const ROUNDS: usize = 2;
 /// TTL of every task on both sides: rmcp's default (5 minutes). Every
 /// server of this bench lives for less than that, so nothing expires.
 const TTL_MS: u64 = 300_000;
-/// Live tasks one principal may own, and the runtime's running-handler
-/// limit: raised above the largest live count (100,000) because every live
-/// task's handler waits while holding a scheduler slot.
+/// Live tasks one principal may own (`max_live_tasks_per_principal`,
+/// 10,000 by default): raised above the largest live count (100,000). The
+/// runtime's running-handler limit stays at its default: a live task's
+/// handler waits in `TaskContext::external`, which gives its scheduler
+/// slot back.
 const LIVE_LIMIT: usize = 200_000;
 const PROTOCOL: &str = "2026-07-28";
 /// The request `_meta` of the 2026-07-28 wire, with the tasks extension
@@ -600,10 +602,7 @@ fn start_subtask(store: &Store) -> Host {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let mut threads = vec![SUBTASK_THREADS];
     let addr = rt.block_on(async {
-        let config = RuntimeConfig {
-            max_running: LIVE_LIMIT,
-            ..RuntimeConfig::default()
-        };
+        let config = RuntimeConfig::default();
         let runtime = match store {
             Store::Memory => Runtime::new(config),
             Store::Sqlite(path) => {
@@ -642,7 +641,8 @@ fn start_subtask(store: &Store) -> Host {
                     ),
                     |_call: ToolCall| async move {
                         ToolOutcome::task(|ctx| async move {
-                            ctx.cancelled().await;
+                            // Waiting outside the runtime: the slot goes back.
+                            ctx.external(ctx.cancelled()).await;
                             Err(TaskError::Interrupted.into())
                         })
                     },
@@ -1445,9 +1445,10 @@ fn main() {
          json_response on); the same request bytes go to both"
     );
     println!(
-        "# live tasks: `park` (waits until cancelled), created through each server; subtask runs with \
-         max_running and max_live_tasks_per_principal raised to {LIVE_LIMIT} (a waiting handler holds a \
-         scheduler slot); TTL {TTL_MS} ms on both sides (rmcp's default)"
+        "# live tasks: `park` (waits until cancelled; on subtask inside ctx.external, which gives the \
+         scheduler slot back), created through each server; subtask runs with \
+         max_live_tasks_per_principal raised to {LIVE_LIMIT}, max_running at its default; TTL {TTL_MS} ms \
+         on both sides (rmcp's default)"
     );
     println!(
         "# server CPU: on-CPU ns of the server's threads from /proc/self/task/<tid>/schedstat \
