@@ -172,17 +172,19 @@ impl Runtime {
         opts: RootOptions,
         body: HandlerBody,
     ) -> Result<TaskId, RuntimeError> {
-        self.start_root_launch(owner, opts, body, None)
+        self.start_root_launch(owner, opts, body, None, None)
     }
 
     /// Starts a boxed handler body as a root task owned by `owner`, with
-    /// what a store needs to run it again after a restart.
+    /// what a store needs to run it again after a restart and the tree's
+    /// label (the tool it runs).
     pub(crate) fn start_root_launch(
         &self,
         owner: Option<Arc<Owner>>,
         mut opts: RootOptions,
         body: HandlerBody,
         launch: Option<Launch>,
+        label: Option<Arc<str>>,
     ) -> Result<TaskId, RuntimeError> {
         let inner = &self.inner;
         if let Some(owner) = &owner {
@@ -203,6 +205,7 @@ impl Runtime {
                 owner: owner.clone(),
                 durable: Durable::default(),
             },
+            label,
         ));
         if let Some(owner) = &owner {
             owner.enlist(&tree);

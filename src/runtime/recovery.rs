@@ -156,6 +156,13 @@ impl Runtime {
                 o.force_reserve(live);
             }
             let ids: Vec<_> = forest.ids().collect();
+            // The label of a server's tree: the stored call's tool name.
+            let label = meta
+                .launch
+                .as_ref()
+                .and_then(|l| l.get("name"))
+                .and_then(|n| n.as_str())
+                .map(Arc::from);
             let tree = Arc::new(TreeCell::new(
                 root,
                 TreeState {
@@ -167,6 +174,7 @@ impl Runtime {
                         ticket: Default::default(),
                     },
                 },
+                label,
             ));
             if let Some(owner) = &tree.state.lock().owner {
                 owner.enlist(&tree);

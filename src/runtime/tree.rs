@@ -327,6 +327,9 @@ impl TreeState {
 /// A tree: its state behind one lock, and a notifier for ordered-result streams.
 pub(crate) struct TreeCell {
     pub(crate) root: TaskId,
+    /// What the tree runs, for operators (the server's tool name): shown
+    /// by the web view and used as the `tool` label of metrics.
+    pub(crate) label: Option<Arc<str>>,
     pub(crate) state: Mutex<TreeState>,
     /// Woken whenever any task of the tree changes.
     pub(crate) changed: Notify,
@@ -347,9 +350,10 @@ struct Exits {
 
 impl TreeCell {
     /// A tree around `state`.
-    pub(crate) fn new(root: TaskId, state: TreeState) -> TreeCell {
+    pub(crate) fn new(root: TaskId, state: TreeState, label: Option<Arc<str>>) -> TreeCell {
         TreeCell {
             root,
+            label,
             state: Mutex::new(state),
             changed: Notify::new(),
             exits: Mutex::new(None),

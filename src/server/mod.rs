@@ -94,6 +94,7 @@ impl ServerBuilder {
             spec.name
         );
         self.tools.push(RegisteredTool {
+            label: Arc::from(spec.name.as_str()),
             spec,
             tool: Arc::new(tool),
         });

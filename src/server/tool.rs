@@ -310,6 +310,8 @@ where
 pub struct RegisteredTool {
     pub(crate) spec: ToolSpec,
     pub(crate) tool: Arc<dyn Tool>,
+    /// The name as the label of its trees (shared, not copied per tree).
+    pub(crate) label: Arc<str>,
 }
 
 /// How a prompt is listed in `prompts/list`.

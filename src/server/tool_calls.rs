@@ -285,7 +285,13 @@ impl Server {
         });
         self.inner
             .runtime
-            .start_root_launch(Some(self.owner(principal)), opts, body, launch)
+            .start_root_launch(
+                Some(self.owner(principal)),
+                opts,
+                body,
+                launch,
+                Some(tool.label.clone()),
+            )
             .map_err(runtime_error)
     }
 

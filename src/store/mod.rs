@@ -122,7 +122,9 @@ pub struct TreeMeta {
     pub owner: Option<String>,
     /// Whether the root's handler may run again after a restart.
     pub resumable: bool,
-    /// How to start the handler again (for the server: the tool call).
+    /// How to start the handler again (for the server: the tool call). A
+    /// string `name` in it is the tree's label after a restart (the tool
+    /// the web view shows and metrics count under).
     pub launch: Option<Value>,
 }
 
