@@ -44,6 +44,8 @@ mod plan;
 mod recovery;
 mod scheduler;
 mod tree;
+#[cfg(feature = "ui")]
+pub(crate) mod view;
 
 use std::collections::VecDeque;
 use std::future::Future;

@@ -258,6 +258,19 @@ impl Owner {
             .collect()
     }
 
+    /// Up to `max` listed trees before `position`, newest first.
+    #[cfg(feature = "ui")]
+    pub(crate) fn trees_before(&self, position: u64, max: usize) -> Vec<(u64, Weak<TreeCell>)> {
+        self.trees
+            .lock()
+            .by_position
+            .range(..position)
+            .rev()
+            .take(max)
+            .map(|(p, t)| (*p, t.clone()))
+            .collect()
+    }
+
     /// The principal's name.
     pub fn name(&self) -> &str {
         &self.name

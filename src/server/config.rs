@@ -44,6 +44,9 @@ pub struct ServerConfig {
     pub tokens: Option<super::TokenTable>,
     /// Keep-alive comment interval on `subscriptions/listen` streams.
     pub keep_alive: Duration,
+    /// Serve the operator's web view at `/ui` (feature `ui`;
+    /// docs/operations.md).
+    pub ui: bool,
 }
 
 impl Default for ServerConfig {
@@ -57,6 +60,7 @@ impl Default for ServerConfig {
             allowed_hosts: Vec::new(),
             tokens: None,
             keep_alive: Duration::from_secs(15),
+            ui: true,
         }
     }
 }

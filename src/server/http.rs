@@ -20,19 +20,25 @@ use super::reply::Reply;
 use super::{Principal, Server};
 use crate::model::{ErrorCode, ErrorObject, JsonRpcError};
 
+/// What every route of the router shares.
 #[derive(Clone)]
-struct AppState {
-    server: Server,
-    shutdown: watch::Receiver<bool>,
+pub(crate) struct AppState {
+    pub(crate) server: Server,
+    pub(crate) shutdown: watch::Receiver<bool>,
 }
 
 /// The axum router serving the MCP endpoint at `/mcp`.
 ///
 /// Streams end when `shutdown` turns `true`.
 pub fn router(server: Server, shutdown: watch::Receiver<bool>) -> Router {
-    Router::new()
-        .route("/mcp", axum::routing::any(endpoint))
-        .with_state(AppState { server, shutdown })
+    let app = Router::new().route("/mcp", axum::routing::any(endpoint));
+    #[cfg(feature = "ui")]
+    let app = if server.config().ui {
+        app.merge(super::ui::router())
+    } else {
+        app
+    };
+    app.with_state(AppState { server, shutdown })
 }
 
 /// Serves `server` on `listener` until `shutdown` resolves, then stops
@@ -145,28 +151,65 @@ pub(crate) async fn answer(server: Server, shutdown: watch::Receiver<bool>, req:
     endpoint(State(AppState { server, shutdown }), req).await
 }
 
+/// The guard against DNS rebinding, for every route of the server: the
+/// Host and any Origin must name this machine or an allowed host.
+pub(crate) fn check_host_and_origin(
+    headers: &HeaderMap,
+    config: &super::ServerConfig,
+) -> Result<(), Response> {
+    if let Some(host) = header_str(headers, &header::HOST)
+        && !host_allowed(host, &config.allowed_hosts)
+    {
+        return Err(error_response(
+            StatusCode::FORBIDDEN,
+            ErrorCode::INVALID_REQUEST,
+            "forbidden: Host is not allowed",
+        ));
+    }
+    if let Some(origin) = header_str(headers, &header::ORIGIN)
+        && !origin_allowed(origin, &config.allowed_hosts)
+    {
+        return Err(error_response(
+            StatusCode::FORBIDDEN,
+            ErrorCode::INVALID_REQUEST,
+            "forbidden: Origin is not allowed",
+        ));
+    }
+    Ok(())
+}
+
+/// The caller's principal: anonymous without tokens, else the one its
+/// bearer token names (401 with `WWW-Authenticate: Bearer` otherwise).
+pub(crate) fn authenticate(headers: &HeaderMap, config: &super::ServerConfig) -> Result<Principal, Response> {
+    match &config.tokens {
+        None => Ok(Principal::anonymous()),
+        Some(tokens) => {
+            let bearer = header_str(headers, &header::AUTHORIZATION)
+                .and_then(|v| v.strip_prefix("Bearer ").map(str::trim));
+            match bearer.and_then(|t| tokens.authenticate(t)) {
+                Some(p) => Ok(p.clone()),
+                None => {
+                    let mut resp = error_response(
+                        StatusCode::UNAUTHORIZED,
+                        ErrorCode::INVALID_REQUEST,
+                        "unauthorized: missing or unknown bearer token",
+                    );
+                    resp.headers_mut()
+                        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                    Err(resp)
+                }
+            }
+        }
+    }
+}
+
 async fn endpoint(State(state): State<AppState>, req: Request) -> Response {
     let server = &state.server;
     let config = server.config();
     // DNS rebinding: the Host and any Origin must name this machine.
     let headers = req.headers();
-    if let Some(host) = header_str(headers, &header::HOST)
-        && !host_allowed(host, &config.allowed_hosts)
-    {
-        return error_response(
-            StatusCode::FORBIDDEN,
-            ErrorCode::INVALID_REQUEST,
-            "forbidden: Host is not allowed",
-        );
-    }
-    if let Some(origin) = header_str(headers, &header::ORIGIN)
-        && !origin_allowed(origin, &config.allowed_hosts)
-    {
-        return error_response(
-            StatusCode::FORBIDDEN,
-            ErrorCode::INVALID_REQUEST,
-            "forbidden: Origin is not allowed",
-        );
+    if let Err(resp) = check_host_and_origin(headers, config) {
+        return resp;
     }
     if req.method() != Method::POST {
         let mut resp = error_response(
@@ -178,25 +221,9 @@ async fn endpoint(State(state): State<AppState>, req: Request) -> Response {
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
         return resp;
     }
-    let principal = match &config.tokens {
-        None => Principal::anonymous(),
-        Some(tokens) => {
-            let bearer = header_str(headers, &header::AUTHORIZATION)
-                .and_then(|v| v.strip_prefix("Bearer ").map(str::trim));
-            match bearer.and_then(|t| tokens.authenticate(t)) {
-                Some(p) => p.clone(),
-                None => {
-                    let mut resp = error_response(
-                        StatusCode::UNAUTHORIZED,
-                        ErrorCode::INVALID_REQUEST,
-                        "unauthorized: missing or unknown bearer token",
-                    );
-                    resp.headers_mut()
-                        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                    return resp;
-                }
-            }
-        }
+    let principal = match authenticate(headers, config) {
+        Ok(p) => p,
+        Err(resp) => return resp,
     };
     if let Some(ct) = header_str(headers, &header::CONTENT_TYPE)
         && !ct
@@ -245,7 +272,7 @@ async fn endpoint(State(state): State<AppState>, req: Request) -> Response {
 
 /// An SSE response: one `data:` line per message, keep-alive comments in
 /// quiet periods, ended when the messages end or the server shuts down.
-fn sse(
+pub(crate) fn sse(
     messages: futures::stream::BoxStream<'static, String>,
     keep_alive: Duration,
     shutdown: watch::Receiver<bool>,

@@ -20,6 +20,8 @@ mod subscriptions;
 mod tasks;
 mod tool;
 mod tool_calls;
+#[cfg(feature = "ui")]
+mod ui;
 
 use std::sync::Arc;
 

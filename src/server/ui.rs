@@ -1,0 +1,530 @@
+//! The operator's web view at `/ui` (feature `ui`): a page compiled into
+//! the binary and the small JSON and SSE API it reads.
+//!
+//! - `GET /ui`: the page (`ui/index.html`, `ui/app.js`, `ui/app.css`).
+//! - `GET /ui/api/me`: who the caller is.
+//! - `GET /ui/api/trees?status=&tool=&q=&before=&limit=`: the caller's
+//!   trees, newest first, each with its tasks counted by status.
+//! - `GET /ui/api/trees/{id}`: every task of the tree holding `id`, as rows
+//!   in pre-order.
+//! - `GET /ui/api/trees/{id}/live`: SSE: a `rows` event with every row,
+//!   then one with the rows that changed each time the tree changes
+//!   (coalesced, at most every [`LIVE_INTERVAL`]), each shown only once
+//!   durable; `end` once every task is terminal.
+//! - `GET /ui/api/tasks/{id}`: `tasks/get` (result, error, input requests).
+//! - `POST /ui/api/tasks/{id}/{steer|pause|resume|cancel}`: the MCP
+//!   request of that name, as the caller.
+//!
+//! Every route has the MCP endpoint's guards: the Host/Origin check and,
+//! with tokens, a bearer token; a principal sees and drives only its own
+//! trees (another's answer 404, as unknown ones). Commands go through
+//! [`Server::handle`], so they get exactly the MCP endpoint's checks,
+//! durability and errors.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use axum::routing::{get, post};
+use futures::stream;
+use serde_json::{Value, json};
+
+use super::http::{AppState, authenticate, check_host_and_origin, error_response};
+use super::reply::Reply;
+use super::{Incoming, Principal, Server};
+use crate::model::{ErrorCode, TaskId, TaskStatus};
+use crate::runtime::view::{STATUS_ORDER, TaskRow, TreeSummary};
+
+/// How often a live tree view gets a batch of changed rows, at most.
+pub const LIVE_INTERVAL: Duration = Duration::from_millis(150);
+
+/// Trees per page of the list, at most.
+const MAX_PAGE: usize = 200;
+
+/// Trees looked at per page of a filtered list, at most (the page says
+/// where to go on).
+const MAX_SCAN: usize = 5_000;
+
+const INDEX_HTML: &str = include_str!("ui/index.html");
+const APP_JS: &str = include_str!("ui/app.js");
+const APP_CSS: &str = include_str!("ui/app.css");
+
+/// The routes of the web view.
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ui", get(index))
+        .route("/ui/", get(index))
+        .route("/ui/app.js", get(app_js))
+        .route("/ui/app.css", get(app_css))
+        .route("/ui/api/me", get(me))
+        .route("/ui/api/trees", get(trees))
+        .route("/ui/api/trees/{id}", get(tree))
+        .route("/ui/api/trees/{id}/live", get(live))
+        .route("/ui/api/tasks/{id}", get(task))
+        .route("/ui/api/tasks/{id}/{action}", post(command))
+}
+
+/// Security headers of every answer: no framing (clickjacking), scripts
+/// and styles from this server only, no referrer, no sniffing.
+fn harden(mut resp: Response) -> Response {
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+        ),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    let mut resp = Response::new(Body::from(body));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    harden(resp)
+}
+
+fn json_answer(status: StatusCode, body: &Value) -> Response {
+    let mut resp = Response::new(Body::from(body.to_string()));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    harden(resp)
+}
+
+fn not_found() -> Response {
+    harden(error_response(
+        StatusCode::NOT_FOUND,
+        ErrorCode::INVALID_PARAMS,
+        crate::model::ErrorObject::TASK_NOT_FOUND_MESSAGE,
+    ))
+}
+
+/// The page needs only the Host/Origin guard (it holds no data); the API
+/// needs the caller's principal too.
+fn guard(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+    check_host_and_origin(headers, state.server.config()).map_err(harden)
+}
+
+fn caller(state: &AppState, headers: &HeaderMap) -> Result<Principal, Response> {
+    guard(state, headers)?;
+    authenticate(headers, state.server.config()).map_err(harden)
+}
+
+async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    match guard(&state, &headers) {
+        Ok(()) => asset("text/html; charset=utf-8", INDEX_HTML),
+        Err(resp) => resp,
+    }
+}
+
+async fn app_js(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    match guard(&state, &headers) {
+        Ok(()) => asset("text/javascript; charset=utf-8", APP_JS),
+        Err(resp) => resp,
+    }
+}
+
+async fn app_css(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    match guard(&state, &headers) {
+        Ok(()) => asset("text/css; charset=utf-8", APP_CSS),
+        Err(resp) => resp,
+    }
+}
+
+async fn me(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    match caller(&state, &headers) {
+        Ok(p) => json_answer(
+            StatusCode::OK,
+            &json!({
+                "principal": p.name(),
+                "tokens": state.server.config().tokens.is_some(),
+                "server": state.server.config().name,
+                "version": state.server.config().version,
+            }),
+        ),
+        Err(resp) => resp,
+    }
+}
+
+fn status_name(s: TaskStatus) -> Value {
+    serde_json::to_value(s).unwrap_or(Value::Null)
+}
+
+fn row_json(r: &TaskRow) -> Value {
+    json!({
+        "id": r.id.to_string(),
+        "parent": r.parent.map(|p| p.to_string()),
+        "pos": r.position,
+        "status": status_name(r.status),
+        "msg": r.message,
+        "created": r.created_at.as_millis(),
+        "updated": r.last_updated_at.as_millis(),
+        "kids": r.children,
+        "done": r.children_ended,
+        "inputs": r.inputs,
+    })
+}
+
+fn summary_json(t: &TreeSummary) -> Value {
+    let counts: serde_json::Map<String, Value> = STATUS_ORDER
+        .iter()
+        .zip(t.counts)
+        .filter(|(_, n)| *n > 0)
+        .map(|(s, n)| (status_name(*s).as_str().unwrap_or("").to_owned(), json!(n)))
+        .collect();
+    json!({
+        "root": t.root.to_string(),
+        "tool": t.tool.as_deref(),
+        "status": status_name(t.status),
+        "msg": t.message,
+        "created": t.created_at.as_millis(),
+        "updated": t.last_updated_at.as_millis(),
+        "tasks": t.tasks,
+        "counts": counts,
+    })
+}
+
+/// `%XX` and `+` decoded; `None` for broken escapes or non-UTF-8.
+fn url_decode(s: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(s.len());
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = s.get(i + 1..i + 3)?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The query string's parameters (a later one of the same name wins).
+fn query_of(uri: &axum::http::Uri) -> Result<HashMap<String, String>, String> {
+    let mut out = HashMap::new();
+    for pair in uri.query().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let k = url_decode(k).ok_or("the query string has a broken escape")?;
+        let v = url_decode(v).ok_or("the query string has a broken escape")?;
+        out.insert(k, v);
+    }
+    Ok(out)
+}
+
+fn bad_request(message: &str) -> Response {
+    harden(error_response(
+        StatusCode::BAD_REQUEST,
+        ErrorCode::INVALID_PARAMS,
+        message,
+    ))
+}
+
+async fn trees(State(state): State<AppState>, req: Request) -> Response {
+    let principal = match caller(&state, req.headers()) {
+        Ok(p) => p,
+        Err(resp) => return resp,
+    };
+    let q = match query_of(req.uri()) {
+        Ok(q) => q,
+        Err(e) => return bad_request(&e),
+    };
+    let status = match q.get("status").map(String::as_str) {
+        None | Some("") | Some("all") => None,
+        Some("live") => Some(None),
+        Some(s) => match serde_json::from_value::<TaskStatus>(json!(s)) {
+            Ok(s) => Some(Some(s)),
+            Err(_) => return bad_request("status must be all, live or a task status"),
+        },
+    };
+    let tool = q.get("tool").filter(|t| !t.is_empty()).cloned();
+    let text = q
+        .get("q")
+        .map(|t| t.trim().to_lowercase())
+        .filter(|t| !t.is_empty());
+    let before = match q.get("before").filter(|b| !b.is_empty()) {
+        None => None,
+        Some(b) => match b.parse::<u64>() {
+            Ok(b) => Some(b),
+            Err(_) => return bad_request("before must be a list position"),
+        },
+    };
+    let limit = match q.get("limit").filter(|l| !l.is_empty()) {
+        None => 50,
+        Some(l) => match l.parse::<usize>() {
+            Ok(l) if (1..=MAX_PAGE).contains(&l) => l,
+            _ => return bad_request("limit must be 1 to 200"),
+        },
+    };
+    let server = &state.server;
+    let owner = server.owner(&principal);
+    let keep = |t: &TreeSummary| {
+        let status_ok = match status {
+            None => true,
+            Some(None) => !t.status.is_terminal(),
+            Some(Some(s)) => t.status == s,
+        };
+        let tool_ok = tool.as_deref().is_none_or(|w| t.tool.as_deref() == Some(w));
+        let text_ok = text.as_deref().is_none_or(|w| {
+            t.root.to_string().contains(w)
+                || t.tool.as_deref().is_some_and(|x| x.to_lowercase().contains(w))
+                || t.message.as_deref().is_some_and(|m| m.to_lowercase().contains(w))
+        });
+        status_ok && tool_ok && text_ok
+    };
+    let (page, next) = server
+        .runtime()
+        .recent_trees(&owner, before, limit, MAX_SCAN, keep);
+    let tools: Vec<&str> = server.inner.tools.iter().map(|t| t.spec.name.as_str()).collect();
+    json_answer(
+        StatusCode::OK,
+        &json!({
+            "trees": page.iter().map(summary_json).collect::<Vec<_>>(),
+            "next": next.map(|n| n.to_string()),
+            "live": owner.live(),
+            "tools": tools,
+            "now": crate::model::Timestamp::now().as_millis(),
+        }),
+    )
+}
+
+fn task_id(raw: &str) -> Option<TaskId> {
+    raw.parse().ok()
+}
+
+async fn tree(State(state): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let principal = match caller(&state, &headers) {
+        Ok(p) => p,
+        Err(resp) => return resp,
+    };
+    let rt = state.server.runtime();
+    let Some(cell) = task_id(&id).and_then(|id| rt.owned_tree(id, principal.name())) else {
+        return not_found();
+    };
+    let rows = rt.tree_rows(&cell);
+    if rt.durable(rows.ticket).await.is_err() {
+        return harden(error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::INTERNAL_ERROR,
+            "the task store failed; the tree cannot be shown as durable",
+        ));
+    }
+    json_answer(
+        StatusCode::OK,
+        &json!({
+            "root": rows.root.to_string(),
+            "tool": rows.tool.as_deref(),
+            "rows": rows.rows.iter().map(row_json).collect::<Vec<_>>(),
+            "now": crate::model::Timestamp::now().as_millis(),
+        }),
+    )
+}
+
+/// What a live view last sent of one task.
+type Sent = HashMap<TaskId, TaskRow>;
+
+async fn live(State(state): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let principal = match caller(&state, &headers) {
+        Ok(p) => p,
+        Err(resp) => return resp,
+    };
+    let server = state.server.clone();
+    let Some(cell) = task_id(&id).and_then(|id| server.runtime().owned_tree(id, principal.name())) else {
+        return not_found();
+    };
+    let shutdown = state.shutdown.clone();
+    let keep_alive = server.config().keep_alive;
+    // One event per loop: the rows that changed since the last one.
+    let events = stream::unfold((Sent::new(), false), move |(mut sent, ended)| {
+        let cell = cell.clone();
+        let server = server.clone();
+        async move {
+            if ended {
+                return None;
+            }
+            let first = sent.is_empty();
+            loop {
+                let notified = cell.changed.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                let rt = server.runtime();
+                let rows = rt.tree_rows(&cell);
+                // Shown only once durable; a failed store ends the stream.
+                rt.durable(rows.ticket).await.ok()?;
+                let done = rows.rows.iter().all(|r| r.status.is_terminal());
+                let changed: Vec<Value> = rows
+                    .rows
+                    .into_iter()
+                    .filter_map(|r| {
+                        if sent.get(&r.id) == Some(&r) {
+                            return None;
+                        }
+                        let v = row_json(&r);
+                        sent.insert(r.id, r);
+                        Some(v)
+                    })
+                    .collect();
+                if first || !changed.is_empty() {
+                    let body = json!({
+                        "rows": changed,
+                        "full": first,
+                        "now": crate::model::Timestamp::now().as_millis(),
+                    });
+                    let mut chunk = format!("event: rows\ndata: {body}\n\n");
+                    if done {
+                        chunk.push_str("event: end\ndata: {}\n\n");
+                    }
+                    return Some((chunk, (sent, done)));
+                }
+                if done {
+                    return Some(("event: end\ndata: {}\n\n".to_owned(), (sent, true)));
+                }
+                notified.await;
+                tokio::time::sleep(LIVE_INTERVAL).await;
+            }
+        }
+    });
+    let events = Box::pin(events);
+    let body = stream::unfold(events, move |mut events| {
+        let mut shutdown = shutdown.clone();
+        async move {
+            use futures::StreamExt;
+            let stopping = async {
+                while !*shutdown.borrow_and_update() {
+                    if shutdown.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            };
+            let chunk = tokio::select! {
+                c = events.next() => c?,
+                () = tokio::time::sleep(keep_alive) => ":\n\n".to_owned(),
+                () = stopping => return None,
+            };
+            Some((Ok::<Bytes, Infallible>(Bytes::from(chunk)), events))
+        }
+    });
+    let mut resp = Response::new(Body::from_stream(body));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    harden(resp)
+}
+
+/// `_meta` of the requests the page makes through the MCP dispatcher: a
+/// 2026-07-28 client with the tasks extension.
+const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}"#;
+
+/// Runs one MCP request as `principal` and answers its JSON-RPC reply.
+async fn relay(server: &Server, principal: Principal, method: &str, params: Value) -> Response {
+    let Value::Object(params) = params else {
+        return bad_request("params must be an object");
+    };
+    let mut fields = serde_json::to_string(&params).unwrap_or_else(|_| "{}".to_owned());
+    // `{"taskId":…}` + `_meta`: the object's fields, then META.
+    fields.pop();
+    let sep = if params.is_empty() { "" } else { "," };
+    let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{fields}{sep}{META}}}}}"#);
+    let reply = server
+        .handle(Incoming {
+            body: body.as_bytes(),
+            headers: None,
+            principal,
+        })
+        .await;
+    match reply {
+        Reply::Message { status, body } => {
+            let mut resp = Response::new(Body::from(body));
+            *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+            resp.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            harden(resp)
+        }
+        Reply::Accepted | Reply::Stream(_) => harden(error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::INTERNAL_ERROR,
+            "unexpected reply to a task request",
+        )),
+    }
+}
+
+async fn task(State(state): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let principal = match caller(&state, &headers) {
+        Ok(p) => p,
+        Err(resp) => return resp,
+    };
+    relay(&state.server, principal, "tasks/get", json!({ "taskId": id })).await
+}
+
+async fn command(
+    State(state): State<AppState>,
+    Path((id, action)): Path<(String, String)>,
+    req: Request,
+) -> Response {
+    let principal = match caller(&state, req.headers()) {
+        Ok(p) => p,
+        Err(resp) => return resp,
+    };
+    let method = match action.as_str() {
+        "steer" => "tasks/steer",
+        "pause" => "tasks/pause",
+        "resume" => "tasks/resume",
+        "cancel" => "tasks/cancel",
+        _ => return not_found(),
+    };
+    let mut params = json!({ "taskId": id });
+    if method == "tasks/steer" {
+        let limit = state.server.config().limits.max_body_bytes;
+        let Ok(body) = axum::body::to_bytes(req.into_body(), limit).await else {
+            return bad_request("the body is too large");
+        };
+        let message = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned));
+        let Some(message) = message else {
+            return bad_request(r#"steer takes a JSON body {"message": "..."}"#);
+        };
+        params["message"] = json!(message);
+    }
+    relay(&state.server, principal, method, params).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_strings_decode() {
+        let uri: axum::http::Uri = "/ui/api/trees?status=working&q=deep+research%2Fx&tool="
+            .parse()
+            .unwrap();
+        let q = query_of(&uri).unwrap();
+        assert_eq!(q["status"], "working");
+        assert_eq!(q["q"], "deep research/x");
+        assert_eq!(q["tool"], "");
+        let bad: axum::http::Uri = "/ui/api/trees?q=%zz".parse().unwrap();
+        assert!(query_of(&bad).is_err());
+        let cut: axum::http::Uri = "/ui/api/trees?q=%4".parse().unwrap();
+        assert!(query_of(&cut).is_err());
+    }
+}
