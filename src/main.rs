@@ -81,6 +81,8 @@ enum Command {
         lease: f64,
         #[command(flatten)]
         limits: LimitArgs,
+        #[command(flatten)]
+        ops: OpsArgs,
     },
     /// Print the protocol surface this build implements.
     Info,
@@ -153,6 +155,7 @@ fn main() -> ExitCode {
             instance_id,
             lease,
             limits,
+            ops,
         } => {
             if !(lease.is_finite() && (0.3..=3600.0).contains(&lease)) {
                 eprintln!("subtask: --lease must be between 0.3 and 3600 seconds");
@@ -197,7 +200,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(3);
                 }
             };
-            match rt.block_on(serve(listen, tokens, stdio, allow_hosts, store, limits)) {
+            match rt.block_on(serve(listen, tokens, stdio, allow_hosts, store, limits, ops)) {
                 Ok(Served::Stopped) => ExitCode::SUCCESS,
                 Ok(Served::LostLease) => {
                     eprintln!(
@@ -283,6 +286,15 @@ impl LimitArgs {
     }
 }
 
+/// What `serve` offers operators besides the MCP endpoint
+/// (docs/operations.md).
+#[derive(Debug, clap::Args)]
+struct OpsArgs {
+    /// Do not serve the web view at /ui.
+    #[arg(long = "no-ui")]
+    no_ui: bool,
+}
+
 /// How `serve` ended.
 enum Served {
     /// A shutdown signal.
@@ -333,9 +345,11 @@ async fn serve(
     allow_hosts: Vec<String>,
     store: Option<StoreChoice>,
     limits: LimitArgs,
+    ops: OpsArgs,
 ) -> Result<Served, String> {
     let mut config = ServerConfig {
         allowed_hosts: allow_hosts,
+        ui: !ops.no_ui,
         ..ServerConfig::default()
     };
     config.limits.max_live_tasks_per_principal = limits.max_live_per_principal;
@@ -410,6 +424,9 @@ async fn serve(
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!("subtask listening on http://{addr}/mcp");
+    if server.config().ui {
+        tracing::info!("web view at http://{addr}/ui");
+    }
     tokio::select! {
         r = subtask::server::http::serve(server, listener, subtask::server::http::shutdown_signal()) => {
             r.map_err(|e| format!("http: {e}"))?;
