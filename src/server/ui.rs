@@ -433,7 +433,7 @@ async fn live(State(state): State<AppState>, Path(id): Path<String>, headers: He
 
 /// `_meta` of the requests the page makes through the MCP dispatcher: a
 /// 2026-07-28 client with the tasks extension.
-const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}"#;
+const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{"steer":true,"pause":true}}}}"#;
 
 /// Runs one MCP request as `principal` and answers its JSON-RPC reply.
 async fn relay(server: &Server, principal: Principal, method: &str, params: Value) -> Response {

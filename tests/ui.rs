@@ -1,0 +1,247 @@
+//! The web view's HTTP side over a real socket: the page and its guards,
+//! the tree list (filters, pages, principals), a tree's rows and the live
+//! stream. The page itself runs in a real browser in `scripts/ui.sh`.
+
+mod support;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use subtask::runtime::{Runtime, RuntimeConfig};
+use subtask::server::{Server, ServerConfig, TokenTable};
+use support::http::{Client, full_caps, serve};
+
+const ALICE: &str = "token-alice";
+const BOB: &str = "token-bob";
+
+async fn start(ui: bool) -> (std::net::SocketAddr, String) {
+    let mut tokens = TokenTable::default();
+    tokens.insert(ALICE, "alice");
+    tokens.insert(BOB, "bob");
+    let config = ServerConfig {
+        tokens: Some(tokens),
+        ui,
+        ..ServerConfig::default()
+    };
+    let server = subtask::demo::register(Server::builder(Runtime::new(RuntimeConfig::default()), config)).build();
+    let addr = serve(server).await;
+    (addr, format!("http://{addr}"))
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+async fn get(base: &str, path: &str, token: Option<&str>) -> (u16, Value) {
+    let mut req = http().get(format!("{base}{path}"));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+fn roots(list: &Value) -> Vec<String> {
+    list["trees"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["root"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_page_has_the_endpoints_guards_and_is_off_with_a_flag() {
+    let (_, base) = start(true).await;
+    let page = http().get(format!("{base}/ui")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let csp = page.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    assert!(csp.contains("frame-ancestors 'none'") && csp.contains("script-src 'self'"), "{csp}");
+    assert!(page.text().await.unwrap().contains("/ui/app.js"));
+    for asset in ["/ui/app.js", "/ui/app.css"] {
+        assert_eq!(get(&base, asset, None).await.0, 200, "{asset}");
+    }
+    // DNS rebinding: a foreign Origin or Host is refused on every route.
+    for path in ["/ui", "/ui/api/me", "/ui/api/trees"] {
+        let r = http()
+            .get(format!("{base}{path}"))
+            .header("Origin", "http://evil.example")
+            .bearer_auth(ALICE)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{path}");
+        let r = http()
+            .get(format!("{base}{path}"))
+            .header("Host", "evil.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{path}");
+    }
+    // The API asks for a token; the page itself holds no data.
+    let (status, body) = get(&base, "/ui/api/trees", None).await;
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(get(&base, "/ui/api/me", Some("wrong")).await.0, 401);
+    let (status, me) = get(&base, "/ui/api/me", Some(ALICE)).await;
+    assert_eq!((status, me["principal"].as_str()), (200, Some("alice")));
+
+    let (_, off) = start(false).await;
+    for path in ["/ui", "/ui/app.js", "/ui/api/me"] {
+        assert_eq!(get(&off, path, Some(ALICE)).await.0, 404, "{path} with ui off");
+    }
+}
+
+#[tokio::test]
+async fn the_list_filters_pages_and_shows_a_principal_only_its_trees() {
+    let (addr, base) = start(true).await;
+    let alice = Client::new(addr, full_caps()).with_token(ALICE);
+    let bob = Client::new(addr, full_caps()).with_token(BOB);
+    let quick = alice
+        .start_task("fanout", json!({"width": 2, "depth": 1, "steps": 0}))
+        .await;
+    alice.until_status(&quick, "completed").await;
+    let long = alice
+        .start_task("fanout", json!({"width": 2, "depth": 1, "steps": 1000, "stepMs": 100}))
+        .await;
+    let bobs = bob
+        .start_task("fanout", json!({"width": 1, "depth": 0, "steps": 1000, "stepMs": 100}))
+        .await;
+
+    let (status, all) = get(&base, "/ui/api/trees", Some(ALICE)).await;
+    assert_eq!(status, 200, "{all}");
+    // Newest first, only alice's.
+    assert_eq!(roots(&all), vec![long.clone(), quick.clone()]);
+    let first = &all["trees"][1];
+    assert_eq!(first["tool"], "fanout");
+    assert_eq!(first["status"], "completed");
+    assert_eq!(first["tasks"], 3);
+    assert_eq!(first["counts"], json!({"completed": 3}));
+    assert!(all["tools"].as_array().unwrap().contains(&json!("fanout")));
+
+    let (_, live) = get(&base, "/ui/api/trees?status=live", Some(ALICE)).await;
+    assert_eq!(roots(&live), vec![long.clone()]);
+    let (_, done) = get(&base, "/ui/api/trees?status=completed", Some(ALICE)).await;
+    assert_eq!(roots(&done), vec![quick.clone()]);
+    let (_, by_tool) = get(&base, "/ui/api/trees?tool=deep_research", Some(ALICE)).await;
+    assert_eq!(roots(&by_tool), Vec::<String>::new());
+    let (_, by_text) = get(&base, &format!("/ui/api/trees?q={}", &quick[..8]), Some(ALICE)).await;
+    assert_eq!(roots(&by_text), vec![quick.clone()]);
+    // Pages: one tree, then the next from where the first stopped.
+    let (_, page1) = get(&base, "/ui/api/trees?limit=1", Some(ALICE)).await;
+    assert_eq!(roots(&page1), vec![long.clone()]);
+    let next = page1["next"].as_str().unwrap().to_owned();
+    let (_, page2) = get(&base, &format!("/ui/api/trees?limit=1&before={next}"), Some(ALICE)).await;
+    assert_eq!(roots(&page2), vec![quick.clone()]);
+
+    let (_, theirs) = get(&base, "/ui/api/trees", Some(BOB)).await;
+    assert_eq!(roots(&theirs), vec![bobs.clone()]);
+    // Another principal's tree is not found, the same as an unknown one.
+    for path in [
+        format!("/ui/api/trees/{long}"),
+        format!("/ui/api/trees/{long}/live"),
+        format!("/ui/api/tasks/{long}"),
+    ] {
+        let (status, _) = get(&base, &path, Some(BOB)).await;
+        assert_eq!(status, 404, "{path}");
+    }
+    let r = http()
+        .post(format!("{base}/ui/api/tasks/{long}/cancel"))
+        .bearer_auth(BOB)
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    assert_eq!(alice.get(&long).await["status"], "working");
+
+    for bad in ["status=done", "limit=0", "limit=500", "before=x", "q=%zz"] {
+        let (status, body) = get(&base, &format!("/ui/api/trees?{bad}"), Some(ALICE)).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+    alice.call("tasks/cancel", json!({"taskId": long})).await;
+    bob.call("tasks/cancel", json!({"taskId": bobs})).await;
+}
+
+#[tokio::test]
+async fn a_tree_reads_in_pre_order_and_its_live_stream_ends_with_the_tree() {
+    let (addr, base) = start(true).await;
+    let alice = Client::new(addr, full_caps()).with_token(ALICE);
+    let root = alice
+        .start_task("fanout", json!({"width": 2, "depth": 2, "steps": 4, "stepMs": 40}))
+        .await;
+    let children = alice.until_children(&root, 2).await;
+
+    let (status, tree) = get(&base, &format!("/ui/api/trees/{}", children[1]), Some(ALICE)).await;
+    assert_eq!(status, 200, "{tree}");
+    // Any task of the tree opens the whole tree.
+    assert_eq!(tree["root"], root);
+    assert_eq!(tree["tool"], "fanout");
+    let rows = tree["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 7);
+    assert_eq!(rows[0]["id"], root);
+    assert_eq!(rows[0]["parent"], Value::Null);
+    // Pre-order: each child's subtree follows it, in childTaskIds order.
+    assert_eq!(rows[1]["id"], children[0].as_str());
+    assert_eq!(rows[4]["id"], children[1].as_str());
+    for (i, r) in rows.iter().enumerate().skip(1) {
+        let parent = r["parent"].as_str().unwrap();
+        let at = rows.iter().position(|p| p["id"] == parent).unwrap();
+        assert!(at < i, "a parent comes before its children");
+    }
+
+    // The live stream: every row first, then only changes, `end` once
+    // every task is terminal; what it ends with is what tasks/get says.
+    let resp = http()
+        .get(format!("{base}/ui/api/trees/{root}/live"))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut body = resp.bytes_stream();
+    let mut text = String::new();
+    let got = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(chunk) = body.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+            if text.contains("event: end") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .expect("the stream ends within 30 s");
+    assert!(got, "the stream ended without `end`: {text}");
+    let events: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("event: rows\ndata: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(events.len() >= 2, "a first snapshot and changes: {text}");
+    assert_eq!(events[0]["full"], true);
+    assert_eq!(events[0]["rows"].as_array().unwrap().len(), 7);
+    let mut last = std::collections::HashMap::new();
+    for e in &events {
+        for r in e["rows"].as_array().unwrap() {
+            last.insert(r["id"].as_str().unwrap().to_owned(), r.clone());
+        }
+    }
+    assert_eq!(last.len(), 7);
+    for (id, r) in &last {
+        let task = alice.get(id).await;
+        assert_eq!(r["status"], task["status"], "{id}");
+        assert_eq!(r["status"], "completed", "{id}");
+    }
+    for e in &events[1..] {
+        assert_eq!(e["full"], false);
+        assert!(!e["rows"].as_array().unwrap().is_empty(), "no empty change events");
+    }
+}
