@@ -56,6 +56,9 @@ cargo test --no-default-features --features server --doc
 echo "== official MCP conformance suite (installs Node 22 and the suite into .cache/)"
 bash scripts/conformance.sh
 
+echo "== the web view in headless Chromium (installs Debian's chromium and playwright-core into .cache/)"
+bash scripts/ui.sh
+
 echo "== interop suite: released MCP clients drive subtask serve (installs pinned clients into .cache/)"
 bash scripts/interop.sh
 

@@ -143,14 +143,15 @@ async fn the_list_filters_pages_and_shows_a_principal_only_its_trees() {
     let (_, theirs) = get(&base, "/ui/api/trees", Some(BOB)).await;
     assert_eq!(roots(&theirs), vec![bobs.clone()]);
     // Another principal's tree is not found, the same as an unknown one.
-    for path in [
-        format!("/ui/api/trees/{long}"),
-        format!("/ui/api/trees/{long}/live"),
-        format!("/ui/api/tasks/{long}"),
-    ] {
+    for path in [format!("/ui/api/trees/{long}"), format!("/ui/api/trees/{long}/live")] {
         let (status, _) = get(&base, &path, Some(BOB)).await;
         assert_eq!(status, 404, "{path}");
     }
+    // A relayed request answers as `/mcp` would: the JSON-RPC error.
+    let (_, answer) = get(&base, &format!("/ui/api/tasks/{long}"), Some(BOB)).await;
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    let (_, answer) = get(&base, &format!("/ui/api/tasks/{long}"), Some(ALICE)).await;
+    assert_eq!(answer["result"]["taskId"], long.as_str(), "{answer}");
     let r = http()
         .post(format!("{base}/ui/api/tasks/{long}/cancel"))
         .bearer_auth(BOB)
