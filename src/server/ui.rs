@@ -113,11 +113,13 @@ fn not_found() -> Response {
 }
 
 /// The page needs only the Host/Origin guard (it holds no data); the API
-/// needs the caller's principal too.
+/// needs the caller's principal too. (The refusal is the response itself.)
+#[allow(clippy::result_large_err)]
 fn guard(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
     check_host_and_origin(headers, state.server.config()).map_err(harden)
 }
 
+#[allow(clippy::result_large_err)]
 fn caller(state: &AppState, headers: &HeaderMap) -> Result<Principal, Response> {
     guard(state, headers)?;
     authenticate(headers, state.server.config()).map_err(harden)
