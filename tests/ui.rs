@@ -24,7 +24,8 @@ async fn start(ui: bool) -> (std::net::SocketAddr, String) {
         ui,
         ..ServerConfig::default()
     };
-    let server = subtask::demo::register(Server::builder(Runtime::new(RuntimeConfig::default()), config)).build();
+    let server =
+        subtask::demo::register(Server::builder(Runtime::new(RuntimeConfig::default()), config)).build();
     let addr = serve(server).await;
     (addr, format!("http://{addr}"))
 }
@@ -61,8 +62,14 @@ async fn the_page_has_the_endpoints_guards_and_is_off_with_a_flag() {
     let (_, base) = start(true).await;
     let page = http().get(format!("{base}/ui")).send().await.unwrap();
     assert_eq!(page.status(), 200);
-    let csp = page.headers()["content-security-policy"].to_str().unwrap().to_owned();
-    assert!(csp.contains("frame-ancestors 'none'") && csp.contains("script-src 'self'"), "{csp}");
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        csp.contains("frame-ancestors 'none'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
     assert!(page.text().await.unwrap().contains("/ui/app.js"));
     for asset in ["/ui/app.js", "/ui/app.css"] {
         assert_eq!(get(&base, asset, None).await.0, 200, "{asset}");
@@ -108,10 +115,16 @@ async fn the_list_filters_pages_and_shows_a_principal_only_its_trees() {
         .await;
     alice.until_status(&quick, "completed").await;
     let long = alice
-        .start_task("fanout", json!({"width": 2, "depth": 1, "steps": 1000, "stepMs": 100}))
+        .start_task(
+            "fanout",
+            json!({"width": 2, "depth": 1, "steps": 1000, "stepMs": 100}),
+        )
         .await;
     let bobs = bob
-        .start_task("fanout", json!({"width": 1, "depth": 0, "steps": 1000, "stepMs": 100}))
+        .start_task(
+            "fanout",
+            json!({"width": 1, "depth": 0, "steps": 1000, "stepMs": 100}),
+        )
         .await;
 
     let (status, all) = get(&base, "/ui/api/trees", Some(ALICE)).await;
@@ -137,13 +150,21 @@ async fn the_list_filters_pages_and_shows_a_principal_only_its_trees() {
     let (_, page1) = get(&base, "/ui/api/trees?limit=1", Some(ALICE)).await;
     assert_eq!(roots(&page1), vec![long.clone()]);
     let next = page1["next"].as_str().unwrap().to_owned();
-    let (_, page2) = get(&base, &format!("/ui/api/trees?limit=1&before={next}"), Some(ALICE)).await;
+    let (_, page2) = get(
+        &base,
+        &format!("/ui/api/trees?limit=1&before={next}"),
+        Some(ALICE),
+    )
+    .await;
     assert_eq!(roots(&page2), vec![quick.clone()]);
 
     let (_, theirs) = get(&base, "/ui/api/trees", Some(BOB)).await;
     assert_eq!(roots(&theirs), vec![bobs.clone()]);
     // Another principal's tree is not found, the same as an unknown one.
-    for path in [format!("/ui/api/trees/{long}"), format!("/ui/api/trees/{long}/live")] {
+    for path in [
+        format!("/ui/api/trees/{long}"),
+        format!("/ui/api/trees/{long}/live"),
+    ] {
         let (status, _) = get(&base, &path, Some(BOB)).await;
         assert_eq!(status, 404, "{path}");
     }
@@ -175,12 +196,24 @@ async fn a_tree_reads_in_pre_order_and_its_live_stream_ends_with_the_tree() {
     let (addr, base) = start(true).await;
     let alice = Client::new(addr, full_caps()).with_token(ALICE);
     let root = alice
-        .start_task("fanout", json!({"width": 2, "depth": 2, "steps": 4, "stepMs": 40}))
+        .start_task(
+            "fanout",
+            json!({"width": 2, "depth": 2, "steps": 10, "stepMs": 50}),
+        )
         .await;
     let children = alice.until_children(&root, 2).await;
 
-    let (status, tree) = get(&base, &format!("/ui/api/trees/{}", children[1]), Some(ALICE)).await;
-    assert_eq!(status, 200, "{tree}");
+    // Each node spawns its children first: wait for the grandchildren.
+    let mut tree = Value::Null;
+    for _ in 0..200 {
+        let (status, t) = get(&base, &format!("/ui/api/trees/{}", children[1]), Some(ALICE)).await;
+        assert_eq!(status, 200, "{t}");
+        tree = t;
+        if tree["rows"].as_array().unwrap().len() == 7 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // Any task of the tree opens the whole tree.
     assert_eq!(tree["root"], root);
     assert_eq!(tree["tool"], "fanout");
@@ -243,6 +276,9 @@ async fn a_tree_reads_in_pre_order_and_its_live_stream_ends_with_the_tree() {
     }
     for e in &events[1..] {
         assert_eq!(e["full"], false);
-        assert!(!e["rows"].as_array().unwrap().is_empty(), "no empty change events");
+        assert!(
+            !e["rows"].as_array().unwrap().is_empty(),
+            "no empty change events"
+        );
     }
 }
