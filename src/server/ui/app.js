@@ -342,6 +342,8 @@ function draw(t) {
     const r = rootNode.row;
     $('tree').dataset.root = t.root;
     const st = $('t-status');
+    // The list follows the open tree's root at once, not at its next poll.
+    if (st.dataset.status && st.dataset.status !== r.status) refreshList();
     st.className = 'badge s-' + r.status;
     st.textContent = LABEL[r.status] || r.status;
     st.dataset.status = r.status;
@@ -477,6 +479,7 @@ async function act(action) {
     } else if (r.ok) {
       out.className = 'ok';
       out.textContent = action + ': done';
+      refreshList();
       if (action === 'steer') $('steer-text').value = '';
     } else {
       out.className = 'err';
