@@ -557,8 +557,16 @@ impl TaskContext {
                 deps: opts.after.clone(),
                 rerun: false,
                 meta: None,
-                // Called from the parent's handler: its span is current.
-                parent_span: tracing::Span::current(),
+                // A child of the parent task's span, also when the handler
+                // spawns from a future of its own that is outside it.
+                span: super::span::task_span(
+                    self.cell.span.get().unwrap_or(&tracing::Span::current()),
+                    id,
+                    Some(parent),
+                    tree.root,
+                    tree.label.as_deref(),
+                    None,
+                ),
             };
             let pending: Vec<TaskId> = opts
                 .after
@@ -588,20 +596,13 @@ impl TaskContext {
         })
     }
 
-    /// Runs the handler, turning its return, error, panic or abort into the
-    /// task's `finish`.
+    /// Runs the handler in the task's `span`, turning its return, error,
+    /// panic or abort into the task's `finish`.
     pub(crate) fn supervise(
         self,
         body: HandlerBody,
-        parent_span: &tracing::Span,
+        span: tracing::Span,
     ) -> impl Future<Output = ()> + Send + 'static {
-        let span = tracing::info_span!(
-            parent: parent_span,
-            "task",
-            task_id = %self.id,
-            parent_task_id = ?self.parent.map(|p| p.to_string()),
-            root = %self.tree.root,
-        );
         let ctx = self;
         async move {
             let gated = Gated::new(body(ctx.clone()), &ctx);

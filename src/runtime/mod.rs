@@ -43,6 +43,7 @@ pub mod persist;
 mod plan;
 mod recovery;
 mod scheduler;
+mod span;
 mod tree;
 #[cfg(feature = "ui")]
 pub(crate) mod view;
@@ -60,6 +61,7 @@ pub use context::{DependencyOutcome, HandlerResult, SubtaskHandle, SubtaskOption
 pub use error::{Interrupted, RuntimeError};
 pub use lease::LeaseGate;
 pub use plan::SubtaskPlan;
+pub use span::STATUS_TARGET;
 
 use crate::core::{Forest, ResultCursor};
 /// The forest's limits and deletion grace, set in [`RuntimeConfig::forest`].
@@ -174,12 +176,13 @@ impl Runtime {
         opts: RootOptions,
         body: HandlerBody,
     ) -> Result<TaskId, RuntimeError> {
-        self.start_root_launch(owner, opts, body, None, None)
+        self.start_root_launch(owner, opts, body, None, None, None)
     }
 
     /// Starts a boxed handler body as a root task owned by `owner`, with
-    /// what a store needs to run it again after a restart and the tree's
-    /// label (the tool it runs).
+    /// what a store needs to run it again after a restart, the tree's
+    /// label (the tool it runs) and the W3C `traceparent` of the request
+    /// that started it, if it carried one (its span's remote parent).
     pub(crate) fn start_root_launch(
         &self,
         owner: Option<Arc<Owner>>,
@@ -187,6 +190,7 @@ impl Runtime {
         body: HandlerBody,
         launch: Option<Launch>,
         label: Option<Arc<str>>,
+        trace_parent: Option<&str>,
     ) -> Result<TaskId, RuntimeError> {
         let inner = &self.inner;
         if let Some(owner) = &owner {
@@ -229,7 +233,14 @@ impl Runtime {
             deps: Vec::new(),
             rerun: false,
             meta: None,
-            parent_span: tracing::Span::current(),
+            span: span::task_span(
+                &tracing::Span::current(),
+                id,
+                None,
+                id,
+                tree.label.as_deref(),
+                trace_parent,
+            ),
         };
         match inner.creation_slot(id) {
             // Created and started in one step: one batch for the store, and

@@ -200,7 +200,14 @@ impl Runtime {
                         deps: Vec::new(),
                         rerun: true,
                         meta: None,
-                        parent_span: tracing::Span::current(),
+                        span: super::span::task_span(
+                            &tracing::Span::current(),
+                            root,
+                            None,
+                            root,
+                            tree.label.as_deref(),
+                            None,
+                        ),
                     },
                     false,
                 );

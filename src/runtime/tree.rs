@@ -38,10 +38,11 @@ pub(crate) struct StartJob {
     /// The tree row, written with this job's first batch (a root created
     /// and started in one step).
     pub(crate) meta: Option<TreeMeta>,
-    /// The span the task's own span is a child of: its parent task's (the
-    /// span current where `spawn_subtask` ran), or for a root the span of
-    /// whoever started it (e.g. the request). A trace shows the tree.
-    pub(crate) parent_span: tracing::Span,
+    /// The task's own span (`span.rs`), created with the task: a child of
+    /// its parent task's span, or for a root of the span of whoever
+    /// started it. Moved into the task's cell when the handler starts;
+    /// closed with the job when the task ends before it started.
+    pub(crate) span: tracing::Span,
 }
 
 /// A live task's shared runtime state: its wake-up channel (for everything
@@ -63,6 +64,10 @@ pub(crate) struct TaskCell {
     pub(crate) grace: AtomicWaker,
     /// Whether the handler holds a scheduler slot (see `scheduler.rs`).
     pub(crate) sched_slot: Mutex<SlotState>,
+    /// The task's span, from its handler's start (`Inner::start_job`): the
+    /// parent of its subtasks' spans, and where its final status is
+    /// recorded as it turns terminal.
+    pub(crate) span: std::sync::OnceLock<tracing::Span>,
 }
 
 impl TaskCell {
@@ -73,6 +78,7 @@ impl TaskCell {
             stamp: AtomicU64::new(u64::MAX),
             grace: AtomicWaker::new(),
             sched_slot: Mutex::new(SlotState::default()),
+            span: std::sync::OnceLock::new(),
         })
     }
 
@@ -464,6 +470,15 @@ impl Inner {
                             owner.release();
                         }
                         if let Some(mut rt) = st.rt.remove(slot) {
+                            if let Some(rec) = st.forest.task_at(slot) {
+                                // A started task's span is in its cell; one
+                                // that never started has it in its job.
+                                let cell_span = rt.cell.as_ref().and_then(|c| c.span.get());
+                                let job_span = rt.rare.as_ref().and_then(|r| r.job.as_ref()).map(|j| &j.span);
+                                if let Some(span) = cell_span.or(job_span) {
+                                    super::span::record_end(span, rec);
+                                }
+                            }
                             if let Some(cell) = &rt.cell {
                                 cell.set_ending();
                                 post.wake(cell, stamp);
@@ -670,7 +685,14 @@ impl Inner {
                     st.rt.entry(slot).rare_mut().job = Some(job);
                     return None;
                 }
-                Err(_) => return None,
+                Err(_) => {
+                    // Ended while queued (cancelled, or its tree failed):
+                    // its span ends with the job.
+                    if let Some(rec) = st.forest.task_at(slot) {
+                        super::span::record_end(&job.span, rec);
+                    }
+                    return None;
+                }
             }
             if st
                 .forest
@@ -695,9 +717,11 @@ impl Inner {
             // then always current, and it starts holding its slot.
             let cell = st.notify_at(slot).expect("a started task is live");
             cell.hold_from_start();
-            Some((job.body, job.parent_span, deps, parent, slot, cell))
+            let span = job.span.clone();
+            let _ = cell.span.set(job.span);
+            Some((job.body, span, deps, parent, slot, cell))
         });
-        let Some((body, parent_span, deps, parent, slot, cell)) = started else {
+        let Some((body, span, deps, parent, slot, cell)) = started else {
             return false;
         };
         let start = Started {
@@ -709,7 +733,7 @@ impl Inner {
             rerun,
         };
         let ctx = TaskContext::new(self.clone(), tree, start);
-        tokio::spawn(ctx.supervise(body, &parent_span));
+        tokio::spawn(ctx.supervise(body, span));
         true
     }
 }

@@ -179,7 +179,15 @@ impl Server {
         };
         // A store that cannot keep a new task refuses it before it starts.
         self.writable()?;
-        let id = self.start_task(&ctx.principal, &tool, kept.as_ref(), body, ttl_ms)?;
+        // W3C trace context in `_meta` (basic-index.md, "OpenTelemetry
+        // trace context"): the root task's span becomes its child.
+        let trace_parent = req
+            .params
+            .as_ref()
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("traceparent"))
+            .and_then(Value::as_str);
+        let id = self.start_task(&ctx.principal, &tool, kept.as_ref(), body, ttl_ms, trace_parent)?;
         let returns_task = match mode {
             CallMode::Modern => ctx.tasks.is_some(),
             CallMode::LegacyTask { .. } => true,
@@ -274,6 +282,7 @@ impl Server {
         call: Option<&ToolCall>,
         body: super::TaskBody,
         ttl_ms: Option<u64>,
+        trace_parent: Option<&str>,
     ) -> Result<TaskId, ErrorObject> {
         let opts = RootOptions {
             ttl_ms,
@@ -291,6 +300,7 @@ impl Server {
                 body,
                 launch,
                 Some(tool.label.clone()),
+                trace_parent,
             )
             .map_err(runtime_error)
     }
