@@ -83,6 +83,8 @@ enum Command {
         limits: LimitArgs,
         #[command(flatten)]
         ops: OpsArgs,
+        #[command(flatten)]
+        otlp: cli::otlp::OtlpArgs,
     },
     /// Print the protocol surface this build implements.
     Info,
@@ -116,13 +118,20 @@ fn main() -> ExitCode {
             };
         }
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    // Trace export is `serve`'s alone (docs/operations.md, "Traces"); it is
+    // set up before the async runtime, whose threads must not own the
+    // exporter's blocking HTTP client.
+    let exporter = match &cli.command {
+        Command::Serve { otlp, .. } => match cli::otlp::Exporter::from_args(otlp) {
+            Ok(exporter) => exporter,
+            Err(e) => {
+                eprintln!("subtask: {e}");
+                return ExitCode::from(cli::EXIT_USAGE);
+            }
+        },
+        _ => None,
+    };
+    cli::otlp::init_tracing(exporter.as_ref());
     match cli.command {
         Command::Call(a) => cli::run(cli::Command::Call(a)),
         Command::Get(a) => cli::run(cli::Command::Get(a)),
@@ -156,6 +165,7 @@ fn main() -> ExitCode {
             lease,
             limits,
             ops,
+            otlp: _,
         } => {
             if !(lease.is_finite() && (0.3..=3600.0).contains(&lease)) {
                 eprintln!("subtask: --lease must be between 0.3 and 3600 seconds");
@@ -200,7 +210,21 @@ fn main() -> ExitCode {
                     return ExitCode::from(3);
                 }
             };
-            match rt.block_on(serve(listen, tokens, stdio, allow_hosts, store, limits, ops)) {
+            let served = rt.block_on(serve(listen, tokens, stdio, allow_hosts, store, limits, ops));
+            if let Some(exporter) = &exporter {
+                // Every ended span still queued goes out before the exit.
+                let flush = if matches!(served, Ok(Served::LostLease)) {
+                    // Briefly: this process's handlers must not run on.
+                    std::time::Duration::from_secs(1)
+                } else {
+                    // Handlers still running are dropped first, which ends
+                    // their spans (without a final status), so they go too.
+                    rt.shutdown_timeout(std::time::Duration::from_secs(2));
+                    std::time::Duration::from_secs(5)
+                };
+                exporter.shutdown(flush);
+            }
+            match served {
                 Ok(Served::Stopped) => ExitCode::SUCCESS,
                 Ok(Served::LostLease) => {
                     eprintln!(

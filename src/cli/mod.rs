@@ -7,6 +7,7 @@
 //! failed or the server refused the request), 2 cancelled, 3 usage or
 //! connection error (also a server that broke the protocol).
 
+pub(crate) mod otlp;
 mod render;
 mod watch;
 
