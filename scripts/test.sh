@@ -36,7 +36,8 @@ SUBTASK_TEST_STORE=postgres cargo test --all-features --test server_http --test 
 echo "== feature combinations: runtime only, server without sqlite, client only, rmcp adapter"
 # A runtime-only user builds none of the server, client, store or CLI stacks.
 runtime_deps="$(cargo tree --no-default-features -e normal --prefix none | awk '{print $1}' | sort -u)"
-for heavy in axum reqwest rusqlite postgres tokio-postgres clap petgraph terminal_size tracing-subscriber; do
+for heavy in axum reqwest rusqlite postgres tokio-postgres clap petgraph terminal_size tracing-subscriber \
+  opentelemetry opentelemetry_sdk opentelemetry-otlp tracing-opentelemetry; do
   if grep -qx "$heavy" <<<"$runtime_deps"; then
     echo "the runtime-only build (--no-default-features) depends on $heavy" >&2
     exit 1
