@@ -245,6 +245,7 @@ impl TaskContext {
     /// Safe to drop and to use in `select!` (with [`cancelled`](Self::cancelled),
     /// say): a dropped wait takes the slot back at once.
     pub async fn external<F: Future>(&self, fut: F) -> F::Output {
+        let _counted = self.inner.stats.external_entered();
         self.parked(fut).await
     }
 
@@ -305,7 +306,7 @@ impl TaskContext {
                 } else {
                     None
                 };
-                self.inner.absorb(&mut st, &mut post);
+                self.inner.absorb(&self.tree.tool, &mut st, &mut post);
                 (r, notify)
             };
             self.inner.run_post(&self.tree, post);
@@ -321,7 +322,7 @@ impl TaskContext {
                 let mut st = self.tree.state.lock();
                 let mut post = Post::default();
                 let r = check(&mut st, &mut post);
-                self.inner.absorb(&mut st, &mut post);
+                self.inner.absorb(&self.tree.tool, &mut st, &mut post);
                 drop(st);
                 self.inner.run_post(&self.tree, post);
                 r
@@ -605,6 +606,8 @@ impl TaskContext {
     ) -> impl Future<Output = ()> + Send + 'static {
         let ctx = self;
         async move {
+            let started = std::time::Instant::now();
+            let counted = ctx.inner.stats.handler_started();
             let gated = Gated::new(body(ctx.clone()), &ctx);
             let run = AssertUnwindSafe(gated).catch_unwind();
             let grace = ctx.inner.config.cancel_grace;
@@ -635,6 +638,8 @@ impl TaskContext {
                     HandlerOutcome::Aborted
                 }
             };
+            drop(counted);
+            ctx.tree.tool.handler_ran(started.elapsed());
             // The task settles (in a batch with other exits of its tree)
             // before its slot lets queued work run.
             let exit = Exit {

@@ -91,6 +91,8 @@ pub(crate) struct Inner {
     pub(crate) store: Option<Arc<dyn TaskStore>>,
     /// Set by a cluster instance: no handler runs past its lease.
     pub(crate) lease: std::sync::OnceLock<Arc<super::LeaseGate>>,
+    /// What operators see at `/metrics`.
+    pub(crate) stats: super::stats::Stats,
 }
 
 /// When the last reference is gone, nothing can start, resume or answer a
@@ -115,6 +117,7 @@ impl Inner {
             clock: Clock::new(),
             store,
             lease: std::sync::OnceLock::new(),
+            stats: super::stats::Stats::default(),
         }
     }
 

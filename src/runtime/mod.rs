@@ -44,6 +44,7 @@ mod plan;
 mod recovery;
 mod scheduler;
 mod span;
+pub mod stats;
 mod tree;
 #[cfg(feature = "ui")]
 pub(crate) mod view;
@@ -159,6 +160,20 @@ impl Runtime {
         &self.inner.config
     }
 
+    /// What the runtime counts for operators: tasks per tool and status,
+    /// handler run times (read by the server's `/metrics`).
+    pub fn stats(&self) -> &stats::Stats {
+        &self.inner.stats
+    }
+
+    /// The scheduler now: (handlers holding a slot, jobs queued for one,
+    /// the most handlers allowed to run at once). Takes the scheduler's
+    /// lock once, briefly.
+    pub fn scheduler_load(&self) -> (usize, usize, usize) {
+        let sched = &self.inner.sched;
+        (sched.running(), sched.waiting(), sched.max_running())
+    }
+
     /// Starts `f` as a root task. The task is retrievable when this returns.
     pub fn spawn<F, Fut>(&self, opts: RootOptions, f: F) -> TaskId
     where
@@ -203,6 +218,7 @@ impl Runtime {
         let id = forest
             .create_root(inner.now(), opts)
             .expect("creating a root task has no failure mode");
+        let tool = inner.stats.tool(label.as_ref());
         let tree = Arc::new(TreeCell::new(
             id,
             TreeState {
@@ -212,6 +228,7 @@ impl Runtime {
                 durable: Durable::default(),
             },
             label,
+            tool,
         ));
         if let Some(owner) = &owner {
             owner.enlist(&tree);

@@ -163,6 +163,12 @@ impl Runtime {
                 .and_then(|l| l.get("name"))
                 .and_then(|n| n.as_str())
                 .map(Arc::from);
+            let tool = inner.stats.tool(label.as_ref());
+            for id in &ids {
+                if let Some(rec) = forest.task(*id) {
+                    tool.restored(rec.status());
+                }
+            }
             let tree = Arc::new(TreeCell::new(
                 root,
                 TreeState {
@@ -175,6 +181,7 @@ impl Runtime {
                     },
                 },
                 label,
+                tool,
             ));
             if let Some(owner) = &tree.state.lock().owner {
                 owner.enlist(&tree);
@@ -186,7 +193,7 @@ impl Runtime {
             let recovery = {
                 let mut st = tree.state.lock();
                 let rec = st.forest.recover_after_restart(now, root, body.is_some());
-                inner.absorb(&mut st, &mut post);
+                inner.absorb(&tree.tool, &mut st, &mut post);
                 rec
             };
             report.failed += recovery.failed.len();

@@ -19,6 +19,7 @@ use super::context::{DependencyOutcome, HandlerResult, Started, TaskContext};
 use super::error::RuntimeError;
 use super::inner::Inner;
 use super::scheduler::{Scheduler, SlotState};
+use super::stats::{StatsDelta, ToolStats};
 use crate::core::{Effect, Forest, HandlerOutcome, Slot, TaskRecord, TransitionError};
 use crate::model::{JsonObject, TaskId, Timestamp};
 use crate::store::{Ticket, TreeMeta, WriteBatch, WriteOp};
@@ -349,6 +350,8 @@ pub(crate) struct TreeCell {
     /// What the tree runs, for operators (the server's tool name): shown
     /// by the web view and used as the `tool` label of metrics.
     pub(crate) label: Option<Arc<str>>,
+    /// The counters of the label's tool, resolved once for the tree.
+    pub(crate) tool: Arc<ToolStats>,
     pub(crate) state: Mutex<TreeState>,
     /// Woken whenever any task of the tree changes.
     pub(crate) changed: Notify,
@@ -369,10 +372,16 @@ struct Exits {
 
 impl TreeCell {
     /// A tree around `state`.
-    pub(crate) fn new(root: TaskId, state: TreeState, label: Option<Arc<str>>) -> TreeCell {
+    pub(crate) fn new(
+        root: TaskId,
+        state: TreeState,
+        label: Option<Arc<str>>,
+        tool: Arc<ToolStats>,
+    ) -> TreeCell {
         TreeCell {
             root,
             label,
+            tool,
             state: Mutex::new(state),
             changed: Notify::new(),
             exits: Mutex::new(None),
@@ -442,15 +451,17 @@ impl Inner {
             let mut st = tree.state.lock();
             let now = self.now();
             let r = f(&mut st, now, &mut post);
-            self.absorb(&mut st, &mut post);
+            self.absorb(&tree.tool, &mut st, &mut post);
             r
         };
         self.run_post(tree, post);
         r
     }
 
-    /// Turns the forest's effects into follow-up work. Under the tree lock.
-    pub(crate) fn absorb(&self, st: &mut TreeState, post: &mut Post) {
+    /// Turns the forest's effects into follow-up work, and counts them
+    /// for the tree's `tool`. Under the tree lock.
+    pub(crate) fn absorb(&self, tool: &ToolStats, st: &mut TreeState, post: &mut Post) {
+        let mut counts = StatsDelta::default();
         let mut ops: Vec<WriteOp> = Vec::new();
         if let Some(meta) = post.meta.take() {
             ops.push(WriteOp::PutTree(meta));
@@ -462,8 +473,12 @@ impl Inner {
                 ops.push(op);
             }
             match effect {
-                Effect::Created { id, .. } => post.created.push(id),
-                Effect::Changed { slot, to, .. } => {
+                Effect::Created { id, slot, .. } => {
+                    counts.created(slot);
+                    post.created.push(id);
+                }
+                Effect::Changed { slot, from, to, .. } => {
+                    counts.changed(slot, from, to);
                     post.tree_changed = true;
                     if to.is_terminal() {
                         if let Some(owner) = &st.owner {
@@ -528,6 +543,7 @@ impl Inner {
                 }
                 Effect::ArmTimer { at } => post.arm = Some(post.arm.map_or(at, |a| a.min(at))),
                 Effect::TreeDeleted { root, ids } => {
+                    counts.deleted(ids.len());
                     post.tree_changed = true;
                     if let Some(owner) = &st.owner {
                         owner.delist(root);
@@ -557,6 +573,9 @@ impl Inner {
         }
         // An idle tree holds no side-table allocation.
         st.rt.shrink_if_idle();
+        // Relaxed adds, a few per command, under this tree's lock: a tree's
+        // counts land in command order.
+        tool.apply(&counts);
     }
 
     /// Follow-up work after the tree lock is released.

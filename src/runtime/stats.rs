@@ -1,0 +1,483 @@
+//! What the runtime counts for operators (`/metrics`, docs/operations.md):
+//! tasks created and ended per tool, tasks held now per status, handler
+//! run times, handlers inside `ctx.external`.
+//!
+//! Plain relaxed atomics, read at scrape time; no metrics crate here (the
+//! runtime-only build depends on none). Nothing here takes a lock per task:
+//! a tree resolves its tool's counters once, as it is created
+//! ([`Stats::tool`]), and every count after that is an atomic add on them.
+//! The effects of the commands absorbed in one tree-lock section are
+//! counted in a [`StatsDelta`] on the stack and added at the end of that
+//! section, still under the tree lock, so a tree's counts land in command
+//! order. A scrape reads the atomics one by one: it may land between the
+//! two halves of one change (a task counted in neither or both places for
+//! a moment), never drift.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use parking_lot::RwLock;
+
+use crate::core::Slot;
+use crate::model::TaskStatus;
+
+/// Upper bounds (seconds) of the handler run time histogram: long-running
+/// tasks, from a millisecond to an hour.
+pub const HANDLER_SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0,
+];
+
+/// Upper bounds (seconds) of the store commit histogram: 50 us to 2.5 s.
+pub const COMMIT_SECONDS_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5,
+];
+
+/// Upper bounds of the store group size histogram (batches per commit).
+pub const GROUP_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0, 4096.0];
+
+/// What a store's writer counts per group commit: how long the commit
+/// took and how many batches (commands) it carried. Kept by the SQLite and
+/// PostgreSQL writers ([`TaskStore::commit_stats`](crate::store::TaskStore::commit_stats)).
+#[derive(Debug)]
+pub struct CommitStats {
+    duration: Histogram,
+    group: Histogram,
+    sync: Histogram,
+}
+
+impl Default for CommitStats {
+    fn default() -> Self {
+        CommitStats {
+            duration: Histogram::new(COMMIT_SECONDS_BUCKETS, 1e-9),
+            group: Histogram::new(GROUP_SIZE_BUCKETS, 1.0),
+            sync: Histogram::new(COMMIT_SECONDS_BUCKETS, 1e-9),
+        }
+    }
+}
+
+impl CommitStats {
+    /// Records one committed group of `batches` batches that took `took`.
+    pub fn committed(&self, took: Duration, batches: usize) {
+        self.duration.observe_duration(took);
+        self.group.observe_count(batches as u64);
+    }
+
+    /// Records one fsync of a stage of its own (SQLite's syncer) that took
+    /// `took`; commits the fsync covered become durable as it returns.
+    pub fn synced(&self, took: Duration) {
+        self.sync.observe_duration(took);
+    }
+
+    /// Durations of the fsyncs of a stage of its own (seconds).
+    pub fn sync_duration(&self) -> HistogramSnapshot {
+        self.sync.snapshot()
+    }
+
+    /// Commit durations (seconds).
+    pub fn duration(&self) -> HistogramSnapshot {
+        self.duration.snapshot()
+    }
+
+    /// Batches per commit.
+    pub fn group_size(&self) -> HistogramSnapshot {
+        self.group.snapshot()
+    }
+}
+
+/// A histogram of fixed buckets, kept with relaxed atomics: one add to a
+/// bucket and one to the sum per observation. The count is the sum of the
+/// buckets, so a scrape never sees a count that disagrees with them.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// Observations per bucket (not cumulative); the last is `+Inf`.
+    buckets: Box<[AtomicU64]>,
+    /// The sum of the observations in `scale` units.
+    sum: AtomicU64,
+    /// What one unit of `sum` is worth (1e-9 for nanoseconds).
+    scale: f64,
+}
+
+/// A histogram as read at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramSnapshot {
+    /// Cumulative counts: (upper bound, observations at or below it); the
+    /// `+Inf` bucket is `count`.
+    pub buckets: Vec<(f64, u64)>,
+    /// Observations.
+    pub count: u64,
+    /// The sum of the observations (seconds, or items).
+    pub sum: f64,
+}
+
+impl Histogram {
+    /// A histogram with `bounds` (ascending) whose sum is kept in units of
+    /// `scale` (a duration histogram keeps nanoseconds: `1e-9`).
+    pub fn new(bounds: &'static [f64], scale: f64) -> Self {
+        Histogram {
+            bounds,
+            buckets: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum: AtomicU64::new(0),
+            scale,
+        }
+    }
+
+    /// Records a duration (a histogram made with `scale` 1e-9).
+    pub fn observe_duration(&self, d: Duration) {
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.observe_units(d.as_secs_f64(), nanos);
+    }
+
+    /// Records a count (a histogram made with `scale` 1).
+    pub fn observe_count(&self, n: u64) {
+        self.observe_units(n as f64, n);
+    }
+
+    fn observe_units(&self, value: f64, units: u64) {
+        let i = self
+            .bounds
+            .iter()
+            .position(|b| value <= *b)
+            .unwrap_or(self.bounds.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.sum.fetch_add(units, Ordering::Relaxed);
+    }
+
+    /// The histogram now.
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let mut buckets = Vec::with_capacity(self.bounds.len());
+        let mut seen = 0u64;
+        for (i, b) in self.bounds.iter().enumerate() {
+            seen += self.buckets[i].load(Ordering::Relaxed);
+            buckets.push((*b, seen));
+        }
+        seen += self.buckets[self.bounds.len()].load(Ordering::Relaxed);
+        HistogramSnapshot {
+            buckets,
+            count: seen,
+            sum: self.sum.load(Ordering::Relaxed) as f64 * self.scale,
+        }
+    }
+}
+
+/// The live statuses, in the order of [`ToolStats`]' gauges.
+pub const LIVE_STATUSES: [TaskStatus; 3] =
+    [TaskStatus::Working, TaskStatus::InputRequired, TaskStatus::Paused];
+
+/// The terminal statuses, in the order of [`ToolStats`]' counters.
+pub const TERMINAL_STATUSES: [TaskStatus; 3] =
+    [TaskStatus::Completed, TaskStatus::Failed, TaskStatus::Cancelled];
+
+/// The index of a live status in [`LIVE_STATUSES`].
+fn live_index(s: TaskStatus) -> Option<usize> {
+    match s {
+        TaskStatus::Working => Some(0),
+        TaskStatus::InputRequired => Some(1),
+        TaskStatus::Paused => Some(2),
+        TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled => None,
+    }
+}
+
+/// The index of a terminal status in [`TERMINAL_STATUSES`].
+fn terminal_index(s: TaskStatus) -> Option<usize> {
+    match s {
+        TaskStatus::Completed => Some(0),
+        TaskStatus::Failed => Some(1),
+        TaskStatus::Cancelled => Some(2),
+        TaskStatus::Working | TaskStatus::InputRequired | TaskStatus::Paused => None,
+    }
+}
+
+/// The counters of one tool (every task of a tree counts under its root's
+/// tool), shared by all its trees.
+#[derive(Debug)]
+pub struct ToolStats {
+    created: AtomicU64,
+    ended: [AtomicU64; 3],
+    live: [AtomicI64; 3],
+    retained: AtomicI64,
+    handler: Histogram,
+}
+
+impl Default for ToolStats {
+    fn default() -> Self {
+        ToolStats {
+            created: AtomicU64::new(0),
+            ended: Default::default(),
+            live: Default::default(),
+            retained: AtomicI64::new(0),
+            handler: Histogram::new(HANDLER_SECONDS_BUCKETS, 1e-9),
+        }
+    }
+}
+
+/// One tool's counters as read at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSnapshot {
+    /// Tasks created by this process.
+    pub created: u64,
+    /// Tasks that ended, by [`TERMINAL_STATUSES`].
+    pub ended: [u64; 3],
+    /// Tasks held now, by [`LIVE_STATUSES`].
+    pub live: [i64; 3],
+    /// Terminal tasks held now (until their tree is deleted).
+    pub retained: i64,
+    /// Handler run times.
+    pub handler: HistogramSnapshot,
+}
+
+impl ToolStats {
+    /// Adds a command's counts.
+    pub(crate) fn apply(&self, d: &StatsDelta) {
+        if d.created != 0 {
+            self.created.fetch_add(d.created, Ordering::Relaxed);
+        }
+        for (a, n) in self.ended.iter().zip(d.ended) {
+            if n != 0 {
+                a.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        for (a, n) in self.live.iter().zip(d.live) {
+            if n != 0 {
+                a.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        if d.retained != 0 {
+            self.retained.fetch_add(d.retained, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts tasks restored from the store (not created by this process).
+    pub(crate) fn restored(&self, status: TaskStatus) {
+        if let Some(i) = live_index(status) {
+            self.live[i].fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.retained.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records a handler's run time.
+    pub(crate) fn handler_ran(&self, d: Duration) {
+        self.handler.observe_duration(d);
+    }
+
+    /// The counters now.
+    pub fn snapshot(&self) -> ToolSnapshot {
+        ToolSnapshot {
+            created: self.created.load(Ordering::Relaxed),
+            ended: std::array::from_fn(|i| self.ended[i].load(Ordering::Relaxed)),
+            live: std::array::from_fn(|i| self.live[i].load(Ordering::Relaxed)),
+            retained: self.retained.load(Ordering::Relaxed),
+            handler: self.handler.snapshot(),
+        }
+    }
+}
+
+/// The counts of the commands absorbed in one tree-lock section, added to
+/// the tree's [`ToolStats`] at its end.
+#[derive(Debug, Default)]
+pub(crate) struct StatsDelta {
+    created: u64,
+    ended: [u64; 3],
+    live: [i64; 3],
+    retained: i64,
+    /// A task created by the command being absorbed, whose first `Changed`
+    /// (which follows its `Created` in the same command: forest.rs,
+    /// `create_root` / `create_subtask`) gives its first status.
+    fresh: Option<Slot>,
+}
+
+impl StatsDelta {
+    /// `Effect::Created`.
+    pub(crate) fn created(&mut self, slot: Slot) {
+        self.created += 1;
+        if let Some(earlier) = self.fresh.replace(slot) {
+            // Not reached (one task per creating command); counted as
+            // working rather than lost.
+            debug_assert!(false, "two creations without a Changed between");
+            let _ = earlier;
+            self.live[0] += 1;
+        }
+    }
+
+    /// `Effect::Changed`.
+    pub(crate) fn changed(&mut self, slot: Slot, from: TaskStatus, to: TaskStatus) {
+        let fresh = self.fresh == Some(slot);
+        if fresh {
+            self.fresh = None;
+        } else if from == to {
+            return;
+        } else if let Some(i) = live_index(from) {
+            self.live[i] -= 1;
+        } else {
+            // Terminal is absorbing: a terminal task changes no status.
+            return;
+        }
+        match (live_index(to), terminal_index(to)) {
+            (Some(i), _) => self.live[i] += 1,
+            (None, Some(i)) => {
+                self.ended[i] += 1;
+                self.retained += 1;
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// `Effect::TreeDeleted` (only terminal trees are deleted).
+    pub(crate) fn deleted(&mut self, tasks: usize) {
+        self.retained -= tasks as i64;
+    }
+}
+
+/// Counts one in a gauge until dropped (a running handler, a handler
+/// inside [`TaskContext::external`](super::TaskContext::external)).
+pub(crate) struct GaugeGuard<'a>(&'a AtomicUsize);
+
+impl Drop for GaugeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A runtime's counters: one [`ToolStats`] per tool label, resolved once
+/// per tree, and the handler gauges.
+#[derive(Debug, Default)]
+pub struct Stats {
+    tools: RwLock<HashMap<Arc<str>, Arc<ToolStats>>>,
+    /// Trees without a label (started through the library, not a server tool).
+    unlabeled: Arc<ToolStats>,
+    handlers: AtomicUsize,
+    external: AtomicUsize,
+}
+
+impl Stats {
+    /// The counters of `label`'s trees, created on first use. Called once
+    /// per tree; the label set is the server's tools (and, after a restart,
+    /// the tool names stored with the trees), so it stays small.
+    pub(crate) fn tool(&self, label: Option<&Arc<str>>) -> Arc<ToolStats> {
+        let Some(label) = label else {
+            return self.unlabeled.clone();
+        };
+        if let Some(t) = self.tools.read().get(label) {
+            return t.clone();
+        }
+        self.tools.write().entry(label.clone()).or_default().clone()
+    }
+
+    /// A handler started; the guard counts it until dropped.
+    pub(crate) fn handler_started(&self) -> GaugeGuard<'_> {
+        self.handlers.fetch_add(1, Ordering::Relaxed);
+        GaugeGuard(&self.handlers)
+    }
+
+    /// A handler entered `ctx.external`; the guard counts it until dropped.
+    pub(crate) fn external_entered(&self) -> GaugeGuard<'_> {
+        self.external.fetch_add(1, Ordering::Relaxed);
+        GaugeGuard(&self.external)
+    }
+
+    /// Every tool's counters now, by label (`None`: unlabeled trees),
+    /// sorted by label.
+    pub fn tools(&self) -> Vec<(Option<Arc<str>>, ToolSnapshot)> {
+        let mut out: Vec<(Option<Arc<str>>, ToolSnapshot)> = self
+            .tools
+            .read()
+            .iter()
+            .map(|(l, t)| (Some(l.clone()), t.snapshot()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        let unlabeled = self.unlabeled.snapshot();
+        if unlabeled.created > 0 || unlabeled.retained != 0 || unlabeled.live.iter().any(|n| *n != 0) {
+            out.push((None, unlabeled));
+        }
+        out
+    }
+
+    /// Handlers started and not yet returned (running or parked).
+    pub fn handlers(&self) -> usize {
+        self.handlers.load(Ordering::Relaxed)
+    }
+
+    /// Handlers inside `ctx.external` now.
+    pub fn external(&self) -> usize {
+        self.external.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(i: u32) -> Slot {
+        Slot(i)
+    }
+
+    #[test]
+    fn a_task_created_and_ended_counts_once_in_each_place() {
+        let mut d = StatsDelta::default();
+        d.created(s(1));
+        d.changed(s(0), TaskStatus::Working, TaskStatus::Working);
+        d.changed(s(1), TaskStatus::Working, TaskStatus::Working);
+        assert_eq!((d.created, d.live), (1, [1, 0, 0]));
+        d.changed(s(1), TaskStatus::Working, TaskStatus::Paused);
+        assert_eq!(d.live, [0, 0, 1]);
+        d.changed(s(1), TaskStatus::Paused, TaskStatus::Cancelled);
+        assert_eq!((d.live, d.ended, d.retained), ([0, 0, 0], [0, 0, 1], 1));
+        d.changed(s(1), TaskStatus::Cancelled, TaskStatus::Cancelled);
+        d.deleted(1);
+        assert_eq!((d.live, d.ended, d.retained), ([0, 0, 0], [0, 0, 1], 0));
+        let t = ToolStats::default();
+        t.apply(&d);
+        let snap = t.snapshot();
+        assert_eq!(
+            (snap.created, snap.ended, snap.live, snap.retained),
+            (1, [0, 0, 1], [0; 3], 0)
+        );
+    }
+
+    #[test]
+    fn status_indices_follow_the_label_arrays() {
+        for (i, s) in LIVE_STATUSES.iter().enumerate() {
+            assert_eq!(live_index(*s), Some(i));
+            assert_eq!(terminal_index(*s), None);
+        }
+        for (i, s) in TERMINAL_STATUSES.iter().enumerate() {
+            assert_eq!(terminal_index(*s), Some(i));
+            assert_eq!(live_index(*s), None);
+        }
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_count_is_their_total() {
+        let h = Histogram::new(&[1.0, 10.0], 1.0);
+        for n in [0, 1, 5, 10, 11, 100] {
+            h.observe_count(n);
+        }
+        let snap = h.snapshot();
+        assert_eq!(snap.buckets, vec![(1.0, 2), (10.0, 4)]);
+        assert_eq!((snap.count, snap.sum), (6, 127.0));
+        let d = Histogram::new(HANDLER_SECONDS_BUCKETS, 1e-9);
+        d.observe_duration(Duration::from_millis(30));
+        let snap = d.snapshot();
+        assert_eq!(snap.buckets[2], (0.025, 0));
+        assert_eq!(snap.buckets[3], (0.1, 1));
+        assert!((snap.sum - 0.03).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_tool_resolves_to_the_same_counters_every_time() {
+        let stats = Stats::default();
+        let a: Arc<str> = Arc::from("fanout");
+        assert!(Arc::ptr_eq(
+            &stats.tool(Some(&a)),
+            &stats.tool(Some(&Arc::from("fanout")))
+        ));
+        assert!(!Arc::ptr_eq(&stats.tool(Some(&a)), &stats.tool(None)));
+        let g = stats.external_entered();
+        assert_eq!(stats.external(), 1);
+        drop(g);
+        assert_eq!(stats.external(), 0);
+    }
+}
