@@ -277,6 +277,12 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// A short description for logs (`sqlite:./subtask.db (full)`).
     fn describe(&self) -> String;
+
+    /// The writer's group commit counters (duration, batches per commit),
+    /// for `/metrics`; `None` for a store without a writer (the default).
+    fn commit_stats(&self) -> Option<&crate::runtime::stats::CommitStats> {
+        None
+    }
 }
 
 /// The durable watermark shared by a backend and its waiters: tickets up to

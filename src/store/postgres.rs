@@ -51,6 +51,7 @@ use super::{
 };
 use crate::model::{IdMap, TaskId};
 use crate::runtime::LeaseGate;
+use crate::runtime::stats::CommitStats;
 
 /// Schema migrations; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -195,6 +196,8 @@ impl PostgresConfig {
 /// decisions and figures: `docs/scale-out.md`.
 pub struct PostgresStore {
     shared: Arc<WriteQueue<Client>>,
+    /// Per group commit: its duration and size (`/metrics`).
+    stats: Arc<CommitStats>,
     writer: Mutex<Option<JoinHandle<()>>>,
     describe: String,
     registration: Option<Registration>,
@@ -282,8 +285,10 @@ impl PostgresStore {
         // so `open` is safe to call from async code.
         let (ready_tx, ready_rx) =
             std::sync::mpsc::sync_channel::<Result<Option<Registration>, StoreError>>(1);
+        let stats = Arc::new(CommitStats::default());
         let writer = {
             let shared = shared.clone();
+            let stats = stats.clone();
             let shown = shown.clone();
             std::thread::Builder::new()
                 .name("subtask-pg".into())
@@ -317,7 +322,7 @@ impl PostgresStore {
                     };
                     session.fence = registration.clone();
                     let _ = ready_tx.send(Ok(registration));
-                    writer_loop(client, &session, &shared, max);
+                    writer_loop(client, &session, &shared, &stats, max);
                 })
                 .map_err(io)?
         };
@@ -340,6 +345,7 @@ impl PostgresStore {
         );
         Ok(PostgresStore {
             shared,
+            stats,
             writer: Mutex::new(Some(writer)),
             describe,
             registration,
@@ -806,7 +812,13 @@ fn commit(
     Ok(())
 }
 
-fn writer_loop(mut client: Client, session: &Session, shared: &WriteQueue<Client>, max: usize) {
+fn writer_loop(
+    mut client: Client,
+    session: &Session,
+    shared: &WriteQueue<Client>,
+    stats: &CommitStats,
+    max: usize,
+) {
     let mut group: Vec<(u64, WriteBatch)> = Vec::new();
     let mut statements = Statements::default();
     let mut failed = false;
@@ -835,8 +847,12 @@ fn writer_loop(mut client: Client, session: &Session, shared: &WriteQueue<Client
             group.clear();
             continue;
         }
+        let t0 = std::time::Instant::now();
         match commit_retrying(&mut client, &mut statements, session, &group) {
-            Ok(()) => shared.mark.advance(Ticket(last)),
+            Ok(()) => {
+                stats.committed(t0.elapsed(), group.len());
+                shared.mark.advance(Ticket(last));
+            }
             Err(e) => {
                 tracing::error!(error = %e, "a PostgreSQL commit failed; no further writes are accepted");
                 failed = true;
@@ -892,6 +908,10 @@ fn row_task(r: &postgres::Row) -> TaskRow {
 impl TaskStore for PostgresStore {
     fn submit(&self, batch: WriteBatch) -> Ticket {
         self.shared.submit(batch)
+    }
+
+    fn commit_stats(&self) -> Option<&CommitStats> {
+        Some(&self.stats)
     }
 
     fn is_durable(&self, ticket: Ticket) -> Result<bool, StoreError> {

@@ -36,6 +36,7 @@ use super::{
 };
 use crate::model::IdMap;
 use crate::model::TaskId;
+use crate::runtime::stats::CommitStats;
 
 /// `PRAGMA application_id` of a subtask database ("sbtk").
 const APPLICATION_ID: i64 = 0x7362_746b;
@@ -99,6 +100,8 @@ struct Shared {
     /// Commits waiting for the syncer's fsync (full durability with group
     /// commit); `None` when SQLite's own commit is the durability point.
     sync: Option<Syncer>,
+    /// Per group commit: its duration and size (`/metrics`).
+    stats: CommitStats,
 }
 
 /// The second stage of group commit: the writer commits a group to the
@@ -243,6 +246,7 @@ impl SqliteStore {
         let shared = Arc::new(Shared {
             queue: WriteQueue::new(),
             sync,
+            stats: CommitStats::default(),
         });
         let syncer = if shared.sync.is_some() {
             let shared = shared.clone();
@@ -625,11 +629,13 @@ fn writer_loop(mut w: Writer, shared: &Shared, max: usize, path: &Path) {
             let (first, last) = (part[0].0, part[part.len() - 1].0);
             let t0 = std::time::Instant::now();
             let r = w.commit(part, path);
+            let took = t0.elapsed();
             groups += 1;
             batches += part.len() as u64;
-            busy += t0.elapsed();
+            busy += took;
             match r {
                 Ok(folded) => {
+                    shared.stats.committed(took, part.len());
                     match &shared.sync {
                         // Durable once the syncer's next fsync returns.
                         Some(sync) => {
@@ -746,7 +752,8 @@ fn syncer_loop(shared: &Shared) {
         stats.waiting += tw.elapsed();
         let t0 = std::time::Instant::now();
         let r = sync.wal.sync_data();
-        stats.syncing += t0.elapsed();
+        let took = t0.elapsed();
+        stats.syncing += took;
         stats.syncs += 1;
         if let Err(e) = r {
             let e = StoreError::Io(format!("fsync of the write-ahead log failed: {e}"));
@@ -754,6 +761,7 @@ fn syncer_loop(shared: &Shared) {
             shared.queue.mark.fail(Ticket(synced + 1), e);
             return;
         }
+        shared.stats.synced(took);
         shared.queue.mark.advance(Ticket(target));
         released_before = released_last;
         released_last = target - synced;
@@ -871,6 +879,10 @@ pub(crate) fn read_back(conn: Connection) -> Result<Vec<StoredTree>, StoreError>
 impl TaskStore for SqliteStore {
     fn submit(&self, batch: WriteBatch) -> Ticket {
         self.shared.queue.submit(batch)
+    }
+
+    fn commit_stats(&self) -> Option<&CommitStats> {
+        Some(&self.shared.stats)
     }
 
     fn is_durable(&self, ticket: Ticket) -> Result<bool, StoreError> {
