@@ -37,7 +37,7 @@ echo "== feature combinations: runtime only, server without sqlite, client only,
 # A runtime-only user builds none of the server, client, store or CLI stacks.
 runtime_deps="$(cargo tree --no-default-features -e normal --prefix none | awk '{print $1}' | sort -u)"
 for heavy in axum reqwest rusqlite postgres tokio-postgres clap petgraph terminal_size tracing-subscriber \
-  opentelemetry opentelemetry_sdk opentelemetry-otlp tracing-opentelemetry; do
+  opentelemetry opentelemetry_sdk opentelemetry-otlp tracing-opentelemetry prometheus-client; do
   if grep -qx "$heavy" <<<"$runtime_deps"; then
     echo "the runtime-only build (--no-default-features) depends on $heavy" >&2
     exit 1

@@ -317,6 +317,9 @@ struct OpsArgs {
     /// Do not serve the web view at /ui.
     #[arg(long = "no-ui")]
     no_ui: bool,
+    /// Do not serve Prometheus metrics at /metrics.
+    #[arg(long = "no-metrics")]
+    no_metrics: bool,
 }
 
 /// How `serve` ended.
@@ -374,6 +377,7 @@ async fn serve(
     let mut config = ServerConfig {
         allowed_hosts: allow_hosts,
         ui: !ops.no_ui,
+        metrics: !ops.no_metrics,
         ..ServerConfig::default()
     };
     config.limits.max_live_tasks_per_principal = limits.max_live_per_principal;
@@ -450,6 +454,9 @@ async fn serve(
     tracing::info!("subtask listening on http://{addr}/mcp");
     if server.config().ui {
         tracing::info!("web view at http://{addr}/ui");
+    }
+    if server.config().metrics {
+        tracing::info!("metrics at http://{addr}/metrics");
     }
     tokio::select! {
         r = subtask::server::http::serve(server, listener, subtask::server::http::shutdown_signal()) => {

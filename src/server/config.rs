@@ -47,6 +47,9 @@ pub struct ServerConfig {
     /// Serve the operator's web view at `/ui` (feature `ui`;
     /// docs/operations.md).
     pub ui: bool,
+    /// Serve `/metrics` in the Prometheus text format (feature `metrics`;
+    /// docs/operations.md, "Metrics").
+    pub metrics: bool,
 }
 
 impl Default for ServerConfig {
@@ -61,6 +64,7 @@ impl Default for ServerConfig {
             tokens: None,
             keep_alive: Duration::from_secs(15),
             ui: true,
+            metrics: true,
         }
     }
 }

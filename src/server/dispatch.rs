@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::Server;
 use super::auth::Principal;
+use super::http_stats::RpcMethod;
 use super::reply::{Rejected, Reply, error_reply, invalid, result_reply, store_error};
 use super::tool_calls::CallMode;
 use crate::core::ClientView;
@@ -82,17 +83,25 @@ pub(crate) fn str_param<'a>(params: Option<&'a JsonObject>, key: &str) -> Option
 impl Server {
     /// Handles one incoming message.
     pub async fn handle(&self, incoming: Incoming<'_>) -> Reply {
+        self.handle_named(incoming).await.0
+    }
+
+    /// [`Server::handle`], also naming the message's method from a fixed
+    /// list (the `method` label of `/metrics`).
+    pub(crate) async fn handle_named(&self, incoming: Incoming<'_>) -> (Reply, RpcMethod) {
         let req = match JsonRpcMessage::parse(incoming.body) {
             Ok(JsonRpcMessage::Request(req)) => req,
-            Ok(JsonRpcMessage::Notification(_)) => return Reply::Accepted,
+            Ok(JsonRpcMessage::Notification(_)) => return (Reply::Accepted, RpcMethod::NOTIFICATION),
             // Answers to the input requests a legacy `tasks/result` stream sent.
             Ok(JsonRpcMessage::Response(resp)) => {
-                return self.legacy_input_answer(resp, &incoming.principal).await;
+                let reply = self.legacy_input_answer(resp, &incoming.principal).await;
+                return (reply, RpcMethod::RESPONSE);
             }
-            Ok(JsonRpcMessage::Error(err)) => return self.legacy_input_refusal(&err),
+            Ok(JsonRpcMessage::Error(err)) => return (self.legacy_input_refusal(&err), RpcMethod::RESPONSE),
             // Not a JSON-RPC request at all: the HTTP layer's 400.
-            Err(e) => return error_reply(400, e.id, e.error),
+            Err(e) => return (error_reply(400, e.id, e.error), RpcMethod::NONE),
         };
+        let named = RpcMethod::of(&req.method);
         let id = req.id.clone();
         let method = req.method.clone();
         #[cfg(feature = "postgres")]
@@ -101,7 +110,7 @@ impl Server {
         {
             // A cluster instance past its lease answers nothing from its
             // memory: another instance may hold its trees now.
-            return error_reply(
+            let reply = error_reply(
                 503,
                 Some(id),
                 ErrorObject::new(
@@ -109,14 +118,16 @@ impl Server {
                     "this instance lost its cluster lease and is shutting down; retry on another instance",
                 ),
             );
+            return (reply, named);
         }
-        match self.handle_request(req, &incoming).await {
+        let reply = match self.handle_request(req, &incoming).await {
             Ok(reply) => reply,
             Err(Rejected { status, error }) => {
                 tracing::debug!(%method, code = error.code.0, message = %error.message, "request rejected");
                 error_reply(status, Some(id), error)
             }
-        }
+        };
+        (reply, named)
     }
 
     fn knows(&self, method: &str) -> bool {

@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::dispatch::{Incoming, RequestHeaders};
+use super::http_stats::RpcMethod;
 use super::reply::Reply;
 use super::{Principal, Server};
 use crate::model::{ErrorCode, ErrorObject, JsonRpcError};
@@ -35,6 +36,12 @@ pub fn router(server: Server, shutdown: watch::Receiver<bool>) -> Router {
     #[cfg(feature = "ui")]
     let app = if server.config().ui {
         app.merge(super::ui::router())
+    } else {
+        app
+    };
+    #[cfg(feature = "metrics")]
+    let app = if server.config().metrics {
+        app.merge(super::metrics::router())
     } else {
         app
     };
@@ -153,6 +160,8 @@ pub(crate) async fn answer(server: Server, shutdown: watch::Receiver<bool>, req:
 
 /// The guard against DNS rebinding, for every route of the server: the
 /// Host and any Origin must name this machine or an allowed host.
+// The refusal is the response itself, built only when refusing.
+#[allow(clippy::result_large_err)]
 pub(crate) fn check_host_and_origin(
     headers: &HeaderMap,
     config: &super::ServerConfig,
@@ -180,6 +189,7 @@ pub(crate) fn check_host_and_origin(
 
 /// The caller's principal: anonymous without tokens, else the one its
 /// bearer token names (401 with `WWW-Authenticate: Bearer` otherwise).
+#[allow(clippy::result_large_err)]
 pub(crate) fn authenticate(headers: &HeaderMap, config: &super::ServerConfig) -> Result<Principal, Response> {
     match &config.tokens {
         None => Ok(Principal::anonymous()),
@@ -203,7 +213,17 @@ pub(crate) fn authenticate(headers: &HeaderMap, config: &super::ServerConfig) ->
     }
 }
 
+/// `/mcp`: answers the request and counts it by method and status.
 async fn endpoint(State(state): State<AppState>, req: Request) -> Response {
+    let mut method = RpcMethod::NONE;
+    let server = state.server.clone();
+    let resp = endpoint_named(state, req, &mut method).await;
+    server.inner.http_stats.answered(method, resp.status().as_u16());
+    resp
+}
+
+/// Answers a request to `/mcp`; sets `named` once a JSON-RPC message was read.
+async fn endpoint_named(state: AppState, req: Request, named: &mut RpcMethod) -> Response {
     let server = &state.server;
     let config = server.config();
     // DNS rebinding: the Host and any Origin must name this machine.
@@ -252,13 +272,14 @@ async fn endpoint(State(state): State<AppState>, req: Request) -> Response {
             );
         }
     };
-    let reply = server
-        .handle(Incoming {
+    let (reply, method) = server
+        .handle_named(Incoming {
             body: &body,
             headers: Some(meta_headers),
             principal,
         })
         .await;
+    *named = method;
     match reply {
         Reply::Message { status, body } => json_response(status, body),
         Reply::Accepted => {
@@ -266,7 +287,10 @@ async fn endpoint(State(state): State<AppState>, req: Request) -> Response {
             *resp.status_mut() = StatusCode::ACCEPTED;
             resp
         }
-        Reply::Stream(messages) => sse(messages, config.keep_alive, state.shutdown.clone()),
+        Reply::Stream(messages) => {
+            let messages = server.inner.http_stats.track_stream(messages);
+            sse(messages, config.keep_alive, state.shutdown.clone())
+        }
     }
 }
 

@@ -10,8 +10,11 @@ mod cluster;
 mod config;
 mod dispatch;
 pub mod http;
+mod http_stats;
 mod input;
 mod legacy;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod mrtr;
 mod reply;
 mod schema;
@@ -58,6 +61,8 @@ pub(crate) struct ServerInner {
     pub(crate) prompts: Vec<RegisteredPrompt>,
     pub(crate) state_key: mrtr::StateKey,
     pub(crate) owners: auth::Owners,
+    /// What the HTTP endpoint counts (`/metrics`).
+    pub(crate) http_stats: http_stats::HttpStats,
     /// Set once this instance joins a cluster ([`Server::join_cluster`]).
     #[cfg(feature = "postgres")]
     pub(crate) cluster: std::sync::OnceLock<Arc<cluster::Node>>,
@@ -116,11 +121,17 @@ impl ServerBuilder {
     /// The server.
     pub fn build(self) -> Server {
         let owners = auth::Owners::new(self.config.limits.max_live_tasks_per_principal);
+        // Every tool's series exist from the start (at zero), so a rate
+        // over the first tasks is right.
+        for tool in &self.tools {
+            let _ = self.runtime.stats().tool(Some(&tool.label));
+        }
         Server {
             inner: Arc::new(ServerInner {
                 runtime: self.runtime,
                 state_key: mrtr::StateKey::random(),
                 owners,
+                http_stats: http_stats::HttpStats::default(),
                 config: self.config,
                 tools: self.tools,
                 prompts: self.prompts,
