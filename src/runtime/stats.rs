@@ -5,9 +5,9 @@
 //! Plain relaxed atomics, read at scrape time; no metrics crate here (the
 //! runtime-only build depends on none). Nothing here takes a lock per task:
 //! a tree resolves its tool's counters once, as it is created
-//! ([`Stats::tool`]), and every count after that is an atomic add on them.
+//! (`Stats::tool`), and every count after that is an atomic add on them.
 //! The effects of the commands absorbed in one tree-lock section are
-//! counted in a [`StatsDelta`] on the stack and added at the end of that
+//! counted in a `StatsDelta` on the stack and added at the end of that
 //! section, still under the tree lock, so a tree's counts land in command
 //! order. A scrape reads the atomics one by one: it may land between the
 //! two halves of one change (a task counted in neither or both places for
