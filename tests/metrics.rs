@@ -630,3 +630,76 @@ async fn with_tokens_metrics_need_a_valid_bearer_token() {
         assert!(!body.contains("alice") && !body.contains("\"ops\""), "{body}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_restored_tasks_count_in_the_gauges_not_as_created() {
+    let dir = TempDir::new("metrics-restart");
+    let server = start(&dir, &[]).await;
+    let mut c = Counted {
+        client: Client::new(server.addr(), full_caps()),
+        sent: BTreeMap::new(),
+    };
+    let a = c
+        .call(
+            "tools/call",
+            json!({"name": "fanout", "arguments": {"width": 2, "depth": 2, "steps": 1, "stepMs": 1}}),
+        )
+        .await["taskId"]
+        .as_str()
+        .expect("a task")
+        .to_owned();
+    c.until(&a, is_terminal).await;
+    let tree_a = c.walk(&a).await;
+    assert_eq!(tree_a.len(), 7);
+    let b = c
+        .call(
+            "tools/call",
+            json!({"name": "fanout", "arguments": {"width": 2, "depth": 1, "steps": 1000, "stepMs": 50}}),
+        )
+        .await["taskId"]
+        .as_str()
+        .expect("a task")
+        .to_owned();
+    c.until(&b, |t| child_ids(t).len() == 2).await;
+    assert!(server.kill());
+    server.wait();
+
+    // The same database: tree A comes back terminal, tree B live (its
+    // root runs again or fails; what ran under it fails).
+    let server = start(&dir, &[]).await;
+    let addr = server.addr();
+    c.client = Client::new(addr, full_caps());
+    let cancel = c.send("tasks/cancel", json!({"taskId": b})).await;
+    assert_eq!(cancel.status, 200, "{}", cancel.body);
+    c.until(&b, is_terminal).await;
+    let tree_b = c.walk(&b).await;
+    assert!(tree_b.len() >= 3, "{tree_b:?}");
+    let after = scrape_until(addr, "no handler", |s| s.value("subtask_handlers", &[]) == 0.0).await;
+
+    // Created here: B's tasks beyond the three it had before the restart.
+    assert_eq!(
+        after.value("subtask_tasks_created_total", &[("tool", "fanout")]),
+        (tree_b.len() - 3) as f64
+    );
+    // Ended here: every task of B (A had ended before the restart).
+    for status in ["completed", "failed", "cancelled"] {
+        assert_eq!(
+            after.value(
+                "subtask_tasks_ended_total",
+                &[("tool", "fanout"), ("status", status)]
+            ),
+            count_status(&tree_b, status),
+            "ended {status}: {tree_b:?}"
+        );
+    }
+    assert_eq!(
+        after.sum("subtask_tasks", &[("tool", "fanout")]),
+        0.0,
+        "{}",
+        after.text
+    );
+    assert_eq!(
+        after.value("subtask_tasks_retained", &[("tool", "fanout")]),
+        (tree_a.len() + tree_b.len()) as f64
+    );
+}
