@@ -306,7 +306,8 @@ impl TaskContext {
                 } else {
                     None
                 };
-                self.inner.absorb(&self.tree.tool, &mut st, &mut post);
+                self.inner
+                    .absorb(self.inner.tool_of(&self.tree), &mut st, &mut post);
                 (r, notify)
             };
             self.inner.run_post(&self.tree, post);
@@ -322,7 +323,8 @@ impl TaskContext {
                 let mut st = self.tree.state.lock();
                 let mut post = Post::default();
                 let r = check(&mut st, &mut post);
-                self.inner.absorb(&self.tree.tool, &mut st, &mut post);
+                self.inner
+                    .absorb(self.inner.tool_of(&self.tree), &mut st, &mut post);
                 drop(st);
                 self.inner.run_post(&self.tree, post);
                 r
@@ -606,7 +608,6 @@ impl TaskContext {
     ) -> impl Future<Output = ()> + Send + 'static {
         let ctx = self;
         async move {
-            let started = std::time::Instant::now();
             let counted = ctx.inner.stats.handler_started();
             let gated = Gated::new(body(ctx.clone()), &ctx);
             let run = AssertUnwindSafe(gated).catch_unwind();
@@ -639,7 +640,6 @@ impl TaskContext {
                 }
             };
             drop(counted);
-            ctx.tree.tool.handler_ran(started.elapsed());
             // The task settles (in a batch with other exits of its tree)
             // before its slot lets queued work run.
             let exit = Exit {

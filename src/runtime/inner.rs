@@ -130,6 +130,12 @@ impl Inner {
         &self.index[((v as u64) ^ ((v >> 64) as u64)) as usize % INDEX_SHARDS]
     }
 
+    /// The counters `tree`'s tasks count in: its tool's, or the
+    /// unlabeled trees'.
+    pub(crate) fn tool_of<'a>(&'a self, tree: &'a TreeCell) -> &'a super::stats::ToolStats {
+        tree.tool.as_deref().unwrap_or(&self.stats.unlabeled)
+    }
+
     /// The tree holding `id`, in O(1).
     pub(crate) fn tree_of(&self, id: TaskId) -> Option<Arc<TreeCell>> {
         self.shard(id).lock().get(&id).cloned()

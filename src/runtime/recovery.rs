@@ -164,9 +164,10 @@ impl Runtime {
                 .and_then(|n| n.as_str())
                 .map(Arc::from);
             let tool = inner.stats.tool(label.as_ref());
+            let counts = tool.as_deref().unwrap_or(&inner.stats.unlabeled);
             for id in &ids {
                 if let Some(rec) = forest.task(*id) {
-                    tool.restored(rec.status());
+                    counts.restored(rec.status());
                 }
             }
             let tree = Arc::new(TreeCell::new(
@@ -193,7 +194,7 @@ impl Runtime {
             let recovery = {
                 let mut st = tree.state.lock();
                 let rec = st.forest.recover_after_restart(now, root, body.is_some());
-                inner.absorb(&tree.tool, &mut st, &mut post);
+                inner.absorb(inner.tool_of(&tree), &mut st, &mut post);
                 rec
             };
             report.failed += recovery.failed.len();

@@ -12,10 +12,18 @@
 //! order. A scrape reads the atomics one by one: it may land between the
 //! two halves of one change (a task counted in neither or both places for
 //! a moment), never drift.
+//!
+//! Every counter, gauge and histogram is kept in shards ([`SHARDS`]), each
+//! on cache lines of its own; a thread counts in its own shard and a read
+//! sums them. Threads counting at once (two workers ending tasks of one
+//! tool) therefore never bounce a cache line between cores: one shared
+//! line measurably slowed `create_complete_1k` and `cancel_subtree_100k`.
+//! A gauge taken in one shard and given back in another still sums right
+//! (the shards add with wrapping arithmetic).
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::RwLock;
@@ -24,7 +32,10 @@ use crate::core::Slot;
 use crate::model::TaskStatus;
 
 /// Upper bounds (seconds) of the handler run time histogram: long-running
-/// tasks, from a millisecond to an hour.
+/// tasks, from a millisecond to an hour. Run times are whole milliseconds
+/// of the runtime's clock (read by the commands that start a handler and
+/// apply its exit, so timing costs no clock read of its own): a handler
+/// shorter than a millisecond may count as 0 or 1 ms.
 pub const HANDLER_SECONDS_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0,
 ];
@@ -86,17 +97,75 @@ impl CommitStats {
     }
 }
 
+/// Shards of every counter: a thread counts in shard `i % SHARDS` where
+/// `i` numbers threads in the order they first count.
+pub const SHARDS: usize = 16;
+
+/// Counters per cache line (128 bytes: two 64-byte lines, as adjacent
+/// lines are fetched in pairs).
+const PER_LINE: usize = 16;
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Line([AtomicU64; PER_LINE]);
+
+/// This thread's shard.
+fn shard() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+    }
+    SHARD.with(|s| *s)
+}
+
+/// `n` counters, sharded: each shard on lines of its own. Counters wrap,
+/// so a signed gauge is a counter read as `i64`.
+#[derive(Debug)]
+struct Sharded {
+    n: usize,
+    lines_per_shard: usize,
+    lines: Box<[Line]>,
+}
+
+impl Sharded {
+    fn new(n: usize) -> Self {
+        let lines_per_shard = n.div_ceil(PER_LINE).max(1);
+        Sharded {
+            n,
+            lines_per_shard,
+            lines: (0..SHARDS * lines_per_shard).map(|_| Line::default()).collect(),
+        }
+    }
+
+    fn cell(&self, shard: usize, i: usize) -> &AtomicU64 {
+        &self.lines[shard * self.lines_per_shard + i / PER_LINE].0[i % PER_LINE]
+    }
+
+    /// Adds `delta` (wrapping) to counter `i` in this thread's shard.
+    fn add(&self, i: usize, delta: u64) {
+        debug_assert!(i < self.n);
+        self.cell(shard(), i).fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// Counter `i` summed over the shards.
+    fn sum(&self, i: usize) -> u64 {
+        (0..SHARDS).fold(0u64, |acc, s| {
+            acc.wrapping_add(self.cell(s, i).load(Ordering::Relaxed))
+        })
+    }
+}
+
 /// A histogram of fixed buckets, kept with relaxed atomics: one add to a
-/// bucket and one to the sum per observation. The count is the sum of the
-/// buckets, so a scrape never sees a count that disagrees with them.
+/// bucket and one to the sum per observation (in the thread's shard). The
+/// count is the sum of the buckets, so a scrape never sees a count that
+/// disagrees with them.
 #[derive(Debug)]
 pub struct Histogram {
     bounds: &'static [f64],
-    /// Observations per bucket (not cumulative); the last is `+Inf`.
-    buckets: Box<[AtomicU64]>,
-    /// The sum of the observations in `scale` units.
-    sum: AtomicU64,
-    /// What one unit of `sum` is worth (1e-9 for nanoseconds).
+    /// Observations per bucket (not cumulative; the last is `+Inf`), then
+    /// the sum of the observations in `scale` units.
+    cells: Sharded,
+    /// What one unit of the sum is worth (1e-9 for nanoseconds).
     scale: f64,
 }
 
@@ -118,8 +187,7 @@ impl Histogram {
     pub fn new(bounds: &'static [f64], scale: f64) -> Self {
         Histogram {
             bounds,
-            buckets: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum: AtomicU64::new(0),
+            cells: Sharded::new(bounds.len() + 2),
             scale,
         }
     }
@@ -141,8 +209,11 @@ impl Histogram {
             .iter()
             .position(|b| value <= *b)
             .unwrap_or(self.bounds.len());
-        self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        self.sum.fetch_add(units, Ordering::Relaxed);
+        let s = shard();
+        self.cells.cell(s, i).fetch_add(1, Ordering::Relaxed);
+        self.cells
+            .cell(s, self.bounds.len() + 1)
+            .fetch_add(units, Ordering::Relaxed);
     }
 
     /// The histogram now.
@@ -150,14 +221,14 @@ impl Histogram {
         let mut buckets = Vec::with_capacity(self.bounds.len());
         let mut seen = 0u64;
         for (i, b) in self.bounds.iter().enumerate() {
-            seen += self.buckets[i].load(Ordering::Relaxed);
+            seen += self.cells.sum(i);
             buckets.push((*b, seen));
         }
-        seen += self.buckets[self.bounds.len()].load(Ordering::Relaxed);
+        seen += self.cells.sum(self.bounds.len());
         HistogramSnapshot {
             buckets,
             count: seen,
-            sum: self.sum.load(Ordering::Relaxed) as f64 * self.scale,
+            sum: self.cells.sum(self.bounds.len() + 1) as f64 * self.scale,
         }
     }
 }
@@ -194,20 +265,20 @@ fn terminal_index(s: TaskStatus) -> Option<usize> {
 /// tool), shared by all its trees.
 #[derive(Debug)]
 pub struct ToolStats {
-    created: AtomicU64,
-    ended: [AtomicU64; 3],
-    live: [AtomicI64; 3],
-    retained: AtomicI64,
+    /// `created`, `ended` (3), `live` (3, signed), `retained` (signed).
+    counts: Sharded,
     handler: Histogram,
 }
+
+const CREATED: usize = 0;
+const ENDED: usize = 1;
+const LIVE: usize = 4;
+const RETAINED: usize = 7;
 
 impl Default for ToolStats {
     fn default() -> Self {
         ToolStats {
-            created: AtomicU64::new(0),
-            ended: Default::default(),
-            live: Default::default(),
-            retained: AtomicI64::new(0),
+            counts: Sharded::new(8),
             handler: Histogram::new(HANDLER_SECONDS_BUCKETS, 1e-9),
         }
     }
@@ -232,29 +303,28 @@ impl ToolStats {
     /// Adds a command's counts.
     pub(crate) fn apply(&self, d: &StatsDelta) {
         if d.created != 0 {
-            self.created.fetch_add(d.created, Ordering::Relaxed);
+            self.counts.add(CREATED, d.created);
         }
-        for (a, n) in self.ended.iter().zip(d.ended) {
+        for (i, n) in d.ended.into_iter().enumerate() {
             if n != 0 {
-                a.fetch_add(n, Ordering::Relaxed);
+                self.counts.add(ENDED + i, n);
             }
         }
-        for (a, n) in self.live.iter().zip(d.live) {
+        for (i, n) in d.live.into_iter().enumerate() {
             if n != 0 {
-                a.fetch_add(n, Ordering::Relaxed);
+                self.counts.add(LIVE + i, n as u64);
             }
         }
         if d.retained != 0 {
-            self.retained.fetch_add(d.retained, Ordering::Relaxed);
+            self.counts.add(RETAINED, d.retained as u64);
         }
     }
 
     /// Counts tasks restored from the store (not created by this process).
     pub(crate) fn restored(&self, status: TaskStatus) {
-        if let Some(i) = live_index(status) {
-            self.live[i].fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.retained.fetch_add(1, Ordering::Relaxed);
+        match live_index(status) {
+            Some(i) => self.counts.add(LIVE + i, 1),
+            None => self.counts.add(RETAINED, 1),
         }
     }
 
@@ -266,10 +336,10 @@ impl ToolStats {
     /// The counters now.
     pub fn snapshot(&self) -> ToolSnapshot {
         ToolSnapshot {
-            created: self.created.load(Ordering::Relaxed),
-            ended: std::array::from_fn(|i| self.ended[i].load(Ordering::Relaxed)),
-            live: std::array::from_fn(|i| self.live[i].load(Ordering::Relaxed)),
-            retained: self.retained.load(Ordering::Relaxed),
+            created: self.counts.sum(CREATED),
+            ended: std::array::from_fn(|i| self.counts.sum(ENDED + i)),
+            live: std::array::from_fn(|i| self.counts.sum(LIVE + i) as i64),
+            retained: self.counts.sum(RETAINED) as i64,
             handler: self.handler.snapshot(),
         }
     }
@@ -333,49 +403,64 @@ impl StatsDelta {
 
 /// Counts one in a gauge until dropped (a running handler, a handler
 /// inside [`TaskContext::external`](super::TaskContext::external)).
-pub(crate) struct GaugeGuard<'a>(&'a AtomicUsize);
+pub(crate) struct GaugeGuard<'a>(&'a Sharded, usize);
 
 impl Drop for GaugeGuard<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.add(self.1, u64::MAX);
     }
 }
 
+const HANDLERS: usize = 0;
+const EXTERNAL: usize = 1;
+
 /// A runtime's counters: one [`ToolStats`] per tool label, resolved once
 /// per tree, and the handler gauges.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Stats {
     tools: RwLock<HashMap<Arc<str>, Arc<ToolStats>>>,
-    /// Trees without a label (started through the library, not a server tool).
-    unlabeled: Arc<ToolStats>,
-    handlers: AtomicUsize,
-    external: AtomicUsize,
+    /// Trees without a label (started through the library, not a server
+    /// tool); such a tree holds no `Arc` of it (see `Stats::tool`).
+    pub(crate) unlabeled: ToolStats,
+    /// Handlers started and not returned; handlers inside `external`.
+    gauges: Sharded,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            tools: RwLock::default(),
+            unlabeled: ToolStats::default(),
+            gauges: Sharded::new(2),
+        }
+    }
 }
 
 impl Stats {
     /// The counters of `label`'s trees, created on first use. Called once
     /// per tree; the label set is the server's tools (and, after a restart,
     /// the tool names stored with the trees), so it stays small.
-    pub(crate) fn tool(&self, label: Option<&Arc<str>>) -> Arc<ToolStats> {
-        let Some(label) = label else {
-            return self.unlabeled.clone();
-        };
+    /// `None` for an unlabeled tree: it counts in `unlabeled`, which no
+    /// tree holds a reference count of (a shared count would be two
+    /// contended atomic operations per tree).
+    pub(crate) fn tool(&self, label: Option<&Arc<str>>) -> Option<Arc<ToolStats>> {
+        let label = label?;
         if let Some(t) = self.tools.read().get(label) {
-            return t.clone();
+            return Some(t.clone());
         }
-        self.tools.write().entry(label.clone()).or_default().clone()
+        Some(self.tools.write().entry(label.clone()).or_default().clone())
     }
 
     /// A handler started; the guard counts it until dropped.
     pub(crate) fn handler_started(&self) -> GaugeGuard<'_> {
-        self.handlers.fetch_add(1, Ordering::Relaxed);
-        GaugeGuard(&self.handlers)
+        self.gauges.add(HANDLERS, 1);
+        GaugeGuard(&self.gauges, HANDLERS)
     }
 
     /// A handler entered `ctx.external`; the guard counts it until dropped.
     pub(crate) fn external_entered(&self) -> GaugeGuard<'_> {
-        self.external.fetch_add(1, Ordering::Relaxed);
-        GaugeGuard(&self.external)
+        self.gauges.add(EXTERNAL, 1);
+        GaugeGuard(&self.gauges, EXTERNAL)
     }
 
     /// Every tool's counters now, by label (`None`: unlabeled trees),
@@ -397,12 +482,12 @@ impl Stats {
 
     /// Handlers started and not yet returned (running or parked).
     pub fn handlers(&self) -> usize {
-        self.handlers.load(Ordering::Relaxed)
+        usize::try_from(self.gauges.sum(HANDLERS) as i64).unwrap_or(0)
     }
 
     /// Handlers inside `ctx.external` now.
     pub fn external(&self) -> usize {
-        self.external.load(Ordering::Relaxed)
+        usize::try_from(self.gauges.sum(EXTERNAL) as i64).unwrap_or(0)
     }
 }
 
@@ -471,10 +556,10 @@ mod tests {
         let stats = Stats::default();
         let a: Arc<str> = Arc::from("fanout");
         assert!(Arc::ptr_eq(
-            &stats.tool(Some(&a)),
-            &stats.tool(Some(&Arc::from("fanout")))
+            &stats.tool(Some(&a)).unwrap(),
+            &stats.tool(Some(&Arc::from("fanout"))).unwrap()
         ));
-        assert!(!Arc::ptr_eq(&stats.tool(Some(&a)), &stats.tool(None)));
+        assert!(stats.tool(None).is_none());
         let g = stats.external_entered();
         assert_eq!(stats.external(), 1);
         drop(g);

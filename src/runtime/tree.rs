@@ -69,6 +69,11 @@ pub(crate) struct TaskCell {
     /// parent of its subtasks' spans, and where its final status is
     /// recorded as it turns terminal.
     pub(crate) span: std::sync::OnceLock<tracing::Span>,
+    /// When the handler started (ms on the runtime's clock, as the start
+    /// command read it), for the handler run time metric: taken from the
+    /// clock readings the start and exit commands make anyway, so timing
+    /// a handler reads no clock of its own.
+    pub(crate) started_ms: AtomicU64,
 }
 
 impl TaskCell {
@@ -80,6 +85,7 @@ impl TaskCell {
             grace: AtomicWaker::new(),
             sched_slot: Mutex::new(SlotState::default()),
             span: std::sync::OnceLock::new(),
+            started_ms: AtomicU64::new(0),
         })
     }
 
@@ -350,8 +356,10 @@ pub(crate) struct TreeCell {
     /// What the tree runs, for operators (the server's tool name): shown
     /// by the web view and used as the `tool` label of metrics.
     pub(crate) label: Option<Arc<str>>,
-    /// The counters of the label's tool, resolved once for the tree.
-    pub(crate) tool: Arc<ToolStats>,
+    /// The counters of the label's tool, resolved once for the tree
+    /// (`None`: unlabeled, counted in the runtime's `Stats::unlabeled`;
+    /// read it with [`Inner::tool_of`]).
+    pub(crate) tool: Option<Arc<ToolStats>>,
     pub(crate) state: Mutex<TreeState>,
     /// Woken whenever any task of the tree changes.
     pub(crate) changed: Notify,
@@ -376,7 +384,7 @@ impl TreeCell {
         root: TaskId,
         state: TreeState,
         label: Option<Arc<str>>,
-        tool: Arc<ToolStats>,
+        tool: Option<Arc<ToolStats>>,
     ) -> TreeCell {
         TreeCell {
             root,
@@ -451,7 +459,7 @@ impl Inner {
             let mut st = tree.state.lock();
             let now = self.now();
             let r = f(&mut st, now, &mut post);
-            self.absorb(&tree.tool, &mut st, &mut post);
+            self.absorb(self.tool_of(tree), &mut st, &mut post);
             r
         };
         self.run_post(tree, post);
@@ -671,6 +679,13 @@ impl Inner {
             })
             .collect();
         self.with_tree(tree, |st, now, _| {
+            let counts = self.tool_of(tree);
+            for cell in &cells {
+                let ran = now
+                    .as_millis()
+                    .saturating_sub(cell.started_ms.load(Ordering::Relaxed));
+                counts.handler_ran(std::time::Duration::from_millis(ran));
+            }
             for e in st
                 .forest
                 .finish_all(now, finishes)
@@ -736,6 +751,7 @@ impl Inner {
             // then always current, and it starts holding its slot.
             let cell = st.notify_at(slot).expect("a started task is live");
             cell.hold_from_start();
+            cell.started_ms.store(now.as_millis(), Ordering::Relaxed);
             let span = job.span.clone();
             let _ = cell.span.set(job.span);
             Some((job.body, span, deps, parent, slot, cell))

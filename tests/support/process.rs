@@ -75,20 +75,32 @@ impl ServerProcess {
             .append(true)
             .open(log)
             .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
-        let err = out.try_clone().expect("clone the log file handle");
-        let child = Command::new(bin)
-            .arg("serve")
-            .arg("--listen")
-            .arg(addr.to_string())
-            .args(args)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .expect("start the subtask binary");
+        // A private binary just copied by this test can be "busy": a
+        // process forked by a concurrent test may still hold the copy's
+        // write descriptor until it execs (close-on-exec). Linux then
+        // refuses to exec the copy (ETXTBSY) for that moment; try again.
+        let mut tries = 0;
+        let child = loop {
+            let spawned = Command::new(bin)
+                .arg("serve")
+                .arg("--listen")
+                .arg(addr.to_string())
+                .args(args)
+                .env("RUST_LOG", "info")
+                .env("NO_COLOR", "1")
+                .envs(env.iter().copied())
+                .stdin(Stdio::null())
+                .stdout(out.try_clone().expect("clone the log file handle"))
+                .stderr(out.try_clone().expect("clone the log file handle"))
+                .spawn();
+            match spawned {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                r => break r.expect("start the subtask binary"),
+            }
+        };
         ServerProcess {
             child: Mutex::new(child),
             addr,
