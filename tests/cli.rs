@@ -288,12 +288,41 @@ fn steer_pause_and_resume_from_other_processes_reach_the_tree() {
         t["subtasks"][0]["status"] == "input_required"
     });
     let child: TaskId = tree["subtasks"][0]["taskId"].as_str().unwrap().parse().unwrap();
-    let watch = Command::new(BIN)
+    let mut watch = Command::new(BIN)
         .args(["watch", &root, "--url", &s.url])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // The watcher's lines as it prints them: it shows the latest state of
+    // each task, so a pause it is not yet following (a process still
+    // starting) or one resumed before it reads it may never be shown. The
+    // test waits for it to follow the tree, and to show the pause before
+    // resuming.
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
+    let watch_out = watch.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(watch_out).lines() {
+            let line = line.unwrap();
+            all.push_str(&line);
+            all.push('\n');
+            let _ = lines_tx.send(line);
+        }
+        all
+    });
+    let wait_line = |what: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match lines_rx.recv_timeout(left) {
+                Ok(line) if line.contains(what) => return,
+                Ok(_) => {}
+                Err(e) => panic!("the watcher printed no line with {what:?}: {e}"),
+            }
+        }
+    };
+    wait_line(&format!("  {child} input_required"));
 
     let o = cli(&s.url, &["steer", &child.to_string(), "focus on failures"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -313,6 +342,7 @@ fn steer_pause_and_resume_from_other_processes_reach_the_tree() {
     let o = cli(&s.url, &["pause", &root]);
     assert_eq!(code(&o), 1, "{}", stdout(&o));
     assert!(stderr(&o).contains("-32602"), "{}", stderr(&o));
+    wait_line(&format!("{root} paused"));
 
     let o = cli(&s.url, &["resume", &root]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -338,7 +368,7 @@ fn steer_pause_and_resume_from_other_processes_reach_the_tree() {
     // exited with the root's status.
     let w = watch.wait_with_output().unwrap();
     assert_eq!(code(&w), 0, "{}", stderr(&w));
-    let text = stdout(&w);
+    let text = reader.join().unwrap();
     assert!(text.contains(&format!("{root} paused")), "{text}");
     assert!(text.contains(&format!("  {child} input_required")), "{text}");
     assert!(
