@@ -31,22 +31,12 @@ pub(crate) struct TaskRow {
     pub(crate) inputs: u32,
 }
 
-/// Number of wire statuses ([`status_index`]).
-pub(crate) const STATUSES: usize = 6;
+/// Number of wire statuses.
+const STATUSES: usize = TaskStatus::ALL.len();
 
-/// The wire statuses in the order of [`status_index`].
-pub(crate) const STATUS_ORDER: [TaskStatus; STATUSES] = [
-    TaskStatus::Working,
-    TaskStatus::InputRequired,
-    TaskStatus::Paused,
-    TaskStatus::Completed,
-    TaskStatus::Failed,
-    TaskStatus::Cancelled,
-];
-
-/// A status's index in [`STATUS_ORDER`].
-pub(crate) fn status_index(s: TaskStatus) -> usize {
-    STATUS_ORDER.iter().position(|x| *x == s).unwrap_or(0)
+/// A status's index in [`TaskStatus::ALL`].
+fn status_index(s: TaskStatus) -> usize {
+    TaskStatus::ALL.iter().position(|x| *x == s).unwrap_or(0)
 }
 
 /// One tree in the web view's list.
@@ -61,7 +51,7 @@ pub(crate) struct TreeSummary {
     pub(crate) created_at: Timestamp,
     pub(crate) last_updated_at: Timestamp,
     pub(crate) tasks: usize,
-    /// Tasks by status, in [`STATUS_ORDER`].
+    /// Tasks by status, in the order of [`TaskStatus::ALL`].
     pub(crate) counts: [usize; STATUSES],
 }
 

@@ -105,6 +105,18 @@ fn json_response(status: u16, body: String) -> Response {
     resp
 }
 
+/// 405 with the methods a route takes in `Allow`.
+pub(crate) fn method_not_allowed(message: &str, allow: &'static str) -> Response {
+    let mut resp = error_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        ErrorCode::INVALID_REQUEST,
+        message,
+    );
+    resp.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    resp
+}
+
 pub(crate) fn error_response(status: StatusCode, code: ErrorCode, message: &str) -> Response {
     let body = serde_json::to_string(&JsonRpcError::new(None, ErrorObject::new(code, message)))
         .expect("error responses serialize");
@@ -232,14 +244,7 @@ async fn endpoint_named(state: AppState, req: Request, named: &mut RpcMethod) ->
         return resp;
     }
     if req.method() != Method::POST {
-        let mut resp = error_response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            ErrorCode::INVALID_REQUEST,
-            "the MCP endpoint accepts POST only",
-        );
-        resp.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("POST"));
-        return resp;
+        return method_not_allowed("the MCP endpoint accepts POST only", "POST");
     }
     let principal = match authenticate(headers, config) {
         Ok(p) => p,
@@ -294,31 +299,40 @@ async fn endpoint_named(state: AppState, req: Request, named: &mut RpcMethod) ->
     }
 }
 
-/// An SSE response: one `data:` line per message, keep-alive comments in
-/// quiet periods, ended when the messages end or the server shuts down.
+/// An SSE response: one `message` event per message, keep-alive comments
+/// in quiet periods, ended when the messages end or the server shuts down.
 pub(crate) fn sse(
     messages: futures::stream::BoxStream<'static, String>,
     keep_alive: Duration,
     shutdown: watch::Receiver<bool>,
 ) -> Response {
-    let body = stream::unfold(
-        (messages, shutdown),
-        move |(mut messages, mut shutdown)| async move {
-            let stopping = async {
-                while !*shutdown.borrow_and_update() {
-                    if shutdown.changed().await.is_err() {
-                        std::future::pending::<()>().await;
-                    }
+    let frames = messages.map(|m| format!("event: message\ndata: {m}\n\n"));
+    sse_frames(frames.boxed(), keep_alive, shutdown)
+}
+
+/// An SSE response of ready-made `frames` (each one or more whole events),
+/// with keep-alive comments in quiet periods, ended when the frames end or
+/// the server shuts down.
+pub(crate) fn sse_frames(
+    frames: futures::stream::BoxStream<'static, String>,
+    keep_alive: Duration,
+    shutdown: watch::Receiver<bool>,
+) -> Response {
+    let body = stream::unfold((frames, shutdown), move |(mut frames, mut shutdown)| async move {
+        let stopping = async {
+            while !*shutdown.borrow_and_update() {
+                if shutdown.changed().await.is_err() {
+                    std::future::pending::<()>().await;
                 }
-            };
-            let chunk = tokio::select! {
-                m = messages.next() => format!("event: message\ndata: {}\n\n", m?),
-                () = tokio::time::sleep(keep_alive) => ":\n\n".to_owned(),
-                () = stopping => return None,
-            };
-            Some((Ok::<Bytes, Infallible>(Bytes::from(chunk)), (messages, shutdown)))
-        },
-    );
+            }
+        };
+        let chunk = tokio::select! {
+            f = frames.next() => f?,
+            () = tokio::time::sleep(keep_alive) => ":\n\n".to_owned(),
+            () = stopping => return None,
+        };
+        Some((Ok::<Bytes, Infallible>(Bytes::from(chunk)), (frames, shutdown)))
+    });
     let mut resp = Response::new(Body::from_stream(body));
     let h = resp.headers_mut();
     h.insert(

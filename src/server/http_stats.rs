@@ -127,7 +127,7 @@ impl HttpStats {
             .collect()
     }
 
-    /// SSE streams of `/mcp` open now.
+    /// SSE streams open now (`/mcp` and the web view's live trees).
     pub(crate) fn open_streams(&self) -> usize {
         self.open_streams.load(Ordering::Relaxed)
     }

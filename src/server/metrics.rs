@@ -21,7 +21,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::Server;
-use super::http::{AppState, authenticate, check_host_and_origin, error_response};
+use super::http::{AppState, authenticate, check_host_and_origin, error_response, method_not_allowed};
 use crate::model::ErrorCode;
 use crate::runtime::stats::{HistogramSnapshot, LIVE_STATUSES, TERMINAL_STATUSES};
 
@@ -37,14 +37,7 @@ async fn scrape(State(state): State<AppState>, req: Request) -> Response {
         return resp;
     }
     if req.method() != axum::http::Method::GET && req.method() != axum::http::Method::HEAD {
-        let mut resp = error_response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            ErrorCode::INVALID_REQUEST,
-            "/metrics accepts GET only",
-        );
-        resp.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-        return resp;
+        return method_not_allowed("/metrics accepts GET only", "GET, HEAD");
     }
     if let Err(resp) = authenticate(req.headers(), config) {
         return resp;
@@ -273,7 +266,7 @@ impl Collector for Scrape {
         }
         enc.encode_descriptor(
             "subtask_http_open_streams",
-            "SSE streams of /mcp open now (subscriptions/listen, legacy tasks/result).",
+            "SSE streams open now (subscriptions/listen, legacy tasks/result, the web view's live trees).",
             None,
             MetricType::Gauge,
         )?

@@ -22,23 +22,22 @@
 //! durability and errors.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
-use axum::routing::{get, post};
-use futures::stream;
+use axum::routing::{MethodRouter, get, post};
+use futures::{StreamExt, stream};
 use serde_json::{Value, json};
 
-use super::http::{AppState, authenticate, check_host_and_origin, error_response};
+use super::http::{AppState, authenticate, check_host_and_origin, error_response, sse_frames};
 use super::reply::Reply;
 use super::{Incoming, Principal, Server};
 use crate::model::{ErrorCode, TaskId, TaskStatus};
-use crate::runtime::view::{STATUS_ORDER, TaskRow, TreeSummary};
+use crate::runtime::view::{TaskRow, TreeSummary};
 
 /// How often a live tree view gets a batch of changed rows, at most.
 pub const LIVE_INTERVAL: Duration = Duration::from_millis(150);
@@ -57,10 +56,10 @@ const APP_CSS: &str = include_str!("ui/app.css");
 /// The routes of the web view.
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
-        .route("/ui", get(index))
-        .route("/ui/", get(index))
-        .route("/ui/app.js", get(app_js))
-        .route("/ui/app.css", get(app_css))
+        .route("/ui", asset("text/html; charset=utf-8", INDEX_HTML))
+        .route("/ui/", asset("text/html; charset=utf-8", INDEX_HTML))
+        .route("/ui/app.js", asset("text/javascript; charset=utf-8", APP_JS))
+        .route("/ui/app.css", asset("text/css; charset=utf-8", APP_CSS))
         .route("/ui/api/me", get(me))
         .route("/ui/api/trees", get(trees))
         .route("/ui/api/trees/{id}", get(tree))
@@ -89,11 +88,19 @@ fn harden(mut resp: Response) -> Response {
     resp
 }
 
-fn asset(content_type: &'static str, body: &'static str) -> Response {
-    let mut resp = Response::new(Body::from(body));
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    harden(resp)
+/// A file of the page: only the Host/Origin guard (it holds no data).
+fn asset(content_type: &'static str, body: &'static str) -> MethodRouter<AppState> {
+    get(
+        move |State(state): State<AppState>, headers: HeaderMap| async move {
+            if let Err(resp) = guard(&state, &headers) {
+                return resp;
+            }
+            let mut resp = Response::new(Body::from(body));
+            resp.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+            harden(resp)
+        },
+    )
 }
 
 fn json_answer(status: StatusCode, body: &Value) -> Response {
@@ -125,27 +132,6 @@ fn caller(state: &AppState, headers: &HeaderMap) -> Result<Principal, Response> 
     authenticate(headers, state.server.config()).map_err(harden)
 }
 
-async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    match guard(&state, &headers) {
-        Ok(()) => asset("text/html; charset=utf-8", INDEX_HTML),
-        Err(resp) => resp,
-    }
-}
-
-async fn app_js(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    match guard(&state, &headers) {
-        Ok(()) => asset("text/javascript; charset=utf-8", APP_JS),
-        Err(resp) => resp,
-    }
-}
-
-async fn app_css(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    match guard(&state, &headers) {
-        Ok(()) => asset("text/css; charset=utf-8", APP_CSS),
-        Err(resp) => resp,
-    }
-}
-
 async fn me(State(state): State<AppState>, headers: HeaderMap) -> Response {
     match caller(&state, &headers) {
         Ok(p) => json_answer(
@@ -161,16 +147,12 @@ async fn me(State(state): State<AppState>, headers: HeaderMap) -> Response {
     }
 }
 
-fn status_name(s: TaskStatus) -> Value {
-    serde_json::to_value(s).unwrap_or(Value::Null)
-}
-
 fn row_json(r: &TaskRow) -> Value {
     json!({
         "id": r.id.to_string(),
         "parent": r.parent.map(|p| p.to_string()),
         "pos": r.position,
-        "status": status_name(r.status),
+        "status": r.status.as_str(),
         "msg": r.message,
         "created": r.created_at.as_millis(),
         "updated": r.last_updated_at.as_millis(),
@@ -181,16 +163,16 @@ fn row_json(r: &TaskRow) -> Value {
 }
 
 fn summary_json(t: &TreeSummary) -> Value {
-    let counts: serde_json::Map<String, Value> = STATUS_ORDER
+    let counts: serde_json::Map<String, Value> = TaskStatus::ALL
         .iter()
         .zip(t.counts)
         .filter(|(_, n)| *n > 0)
-        .map(|(s, n)| (status_name(*s).as_str().unwrap_or("").to_owned(), json!(n)))
+        .map(|(s, n)| (s.as_str().to_owned(), json!(n)))
         .collect();
     json!({
         "root": t.root.to_string(),
         "tool": t.tool.as_deref(),
-        "status": status_name(t.status),
+        "status": t.status.as_str(),
         "msg": t.message,
         "created": t.created_at.as_millis(),
         "updated": t.last_updated_at.as_millis(),
@@ -403,34 +385,9 @@ async fn live(State(state): State<AppState>, Path(id): Path<String>, headers: He
             }
         }
     });
-    let events = Box::pin(events);
-    let body = stream::unfold(events, move |mut events| {
-        let mut shutdown = shutdown.clone();
-        async move {
-            use futures::StreamExt;
-            let stopping = async {
-                while !*shutdown.borrow_and_update() {
-                    if shutdown.changed().await.is_err() {
-                        std::future::pending::<()>().await;
-                    }
-                }
-            };
-            let chunk = tokio::select! {
-                c = events.next() => c?,
-                () = tokio::time::sleep(keep_alive) => ":\n\n".to_owned(),
-                () = stopping => return None,
-            };
-            Some((Ok::<Bytes, Infallible>(Bytes::from(chunk)), events))
-        }
-    });
-    let mut resp = Response::new(Body::from_stream(body));
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    harden(resp)
+    // Counted with the MCP endpoint's streams (`subtask_http_open_streams`).
+    let frames = state.server.inner.http_stats.track_stream(events.boxed());
+    harden(sse_frames(frames, keep_alive, shutdown))
 }
 
 /// `_meta` of the requests the page makes through the MCP dispatcher: a
