@@ -281,6 +281,14 @@ impl Counted {
         v["result"].clone()
     }
 
+    /// `tools/call` of `tool` (counted); the task's id.
+    async fn start_task(&mut self, tool: &str, arguments: Value) -> String {
+        let r = self
+            .call("tools/call", json!({"name": tool, "arguments": arguments}))
+            .await;
+        r["taskId"].as_str().expect("a task").to_owned()
+    }
+
     async fn task(&mut self, id: &str) -> Value {
         self.call("tasks/get", json!({"taskId": id})).await
     }
@@ -397,14 +405,11 @@ async fn metrics_count_what_the_server_did() {
     // Tree A: 1 + 3 + 9 tasks; node 0.1 fails (after its own children
     // complete), the rest complete.
     let a = c
-        .call(
-            "tools/call",
-            json!({"name": "fanout", "arguments": {"width": 3, "depth": 2, "steps": 2, "stepMs": 5, "failAt": "0.1"}}),
+        .start_task(
+            "fanout",
+            json!({"width": 3, "depth": 2, "steps": 2, "stepMs": 5, "failAt": "0.1"}),
         )
-        .await["taskId"]
-        .as_str()
-        .expect("a task")
-        .to_owned();
+        .await;
     c.until(&a, is_terminal).await;
     let tree_a = c.walk(&a).await;
     assert_eq!(tree_a.len(), 13);
@@ -412,14 +417,11 @@ async fn metrics_count_what_the_server_did() {
 
     // Tree B: long steps, watched by a listen stream, then cancelled.
     let b = c
-        .call(
-            "tools/call",
-            json!({"name": "fanout", "arguments": {"width": 2, "depth": 1, "steps": 1000, "stepMs": 50}}),
+        .start_task(
+            "fanout",
+            json!({"width": 2, "depth": 1, "steps": 1000, "stepMs": 50}),
         )
-        .await["taskId"]
-        .as_str()
-        .expect("a task")
-        .to_owned();
+        .await;
     c.until(&b, |t| child_ids(t).len() == 2).await;
     let (headers, body) = c
         .client
@@ -640,26 +642,17 @@ async fn after_a_restart_restored_tasks_count_in_the_gauges_not_as_created() {
         sent: BTreeMap::new(),
     };
     let a = c
-        .call(
-            "tools/call",
-            json!({"name": "fanout", "arguments": {"width": 2, "depth": 2, "steps": 1, "stepMs": 1}}),
-        )
-        .await["taskId"]
-        .as_str()
-        .expect("a task")
-        .to_owned();
+        .start_task("fanout", json!({"width": 2, "depth": 2, "steps": 1, "stepMs": 1}))
+        .await;
     c.until(&a, is_terminal).await;
     let tree_a = c.walk(&a).await;
     assert_eq!(tree_a.len(), 7);
     let b = c
-        .call(
-            "tools/call",
-            json!({"name": "fanout", "arguments": {"width": 2, "depth": 1, "steps": 1000, "stepMs": 50}}),
+        .start_task(
+            "fanout",
+            json!({"width": 2, "depth": 1, "steps": 1000, "stepMs": 50}),
         )
-        .await["taskId"]
-        .as_str()
-        .expect("a task")
-        .to_owned();
+        .await;
     c.until(&b, |t| child_ids(t).len() == 2).await;
     assert!(server.kill());
     server.wait();
