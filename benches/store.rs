@@ -450,6 +450,7 @@ mod nonowner {
                 name: Some(name.to_owned()),
             }),
             principal: Principal::anonymous(),
+            connection: None,
         }
     }
 

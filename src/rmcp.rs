@@ -221,6 +221,7 @@ impl<H: ServerHandler> WithSubtasks<H> {
                 body: &body,
                 headers: None,
                 principal,
+                connection: None,
             })
             .await
         else {
@@ -301,7 +302,7 @@ impl<H: ServerHandler> ServerHandler for WithSubtasks<H> {
         let modern = is_modern(&context);
         let mut result = self.handler.list_tools(request, context).await?;
         if modern && result.next_cursor.is_none() {
-            let ours = serde_json::to_value(self.server.tools_list(true).tools).map_err(internal)?;
+            let ours = serde_json::to_value(self.server.tools_list(None).tools).map_err(internal)?;
             let tools: Vec<Tool> = serde_json::from_value(ours)
                 .map_err(|e| internal(format_args!("a subtask tool is not an rmcp tool: {e}")))?;
             result.tools.extend(tools);

@@ -1206,6 +1206,7 @@ async fn before_restart(db: &Db) -> BeforeRestart {
             body: &body,
             headers: None,
             principal: Principal::anonymous(),
+            connection: None,
         })
         .await;
     let Reply::Message { status: 200, body } = reply else {

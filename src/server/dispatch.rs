@@ -16,6 +16,7 @@ use super::Server;
 use super::auth::Principal;
 use super::http_stats::RpcMethod;
 use super::reply::{Rejected, Reply, error_reply, invalid, result_reply, store_error};
+use super::session::{Connection, Era, LegacyVersion, mixed_eras};
 use super::tool_calls::CallMode;
 use crate::core::ClientView;
 use crate::model::{
@@ -24,9 +25,11 @@ use crate::model::{
     ServerCapabilities, TASKS_EXTENSION, TasksCapability,
 };
 
-/// Protocol versions answered through the legacy `initialize` handshake
-/// (2025-11-25 with its tasks wire, see `legacy.rs`; 2025-06-18 tools only).
-pub const LEGACY_VERSIONS: [&str; 2] = ["2025-11-25", "2025-06-18"];
+/// Protocol versions answered through the legacy `initialize` handshake,
+/// newest first: 2025-11-25 with its tasks wire (see `legacy.rs`), and
+/// 2025-06-18, 2025-03-26 and 2024-11-05 with tools only (the table is in
+/// `docs/protocol.md`, "Versions").
+pub const LEGACY_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 /// The request metadata headers of Streamable HTTP.
 #[derive(Debug, Clone, Default)]
@@ -48,6 +51,10 @@ pub struct Incoming<'a> {
     pub headers: Option<RequestHeaders>,
     /// The authenticated caller.
     pub principal: Principal,
+    /// The stdio connection the message came on, which keeps the era its
+    /// first request chose; `None` on HTTP and in process, where each
+    /// request says its version itself.
+    pub connection: Option<&'a Connection>,
 }
 
 fn header_mismatch(message: impl Into<String>) -> Rejected {
@@ -89,6 +96,9 @@ impl Server {
     /// [`Server::handle`], also naming the message's method from a fixed
     /// list (the `method` label of `/metrics`).
     pub(crate) async fn handle_named(&self, incoming: Incoming<'_>) -> (Reply, RpcMethod) {
+        if incoming.body.trim_ascii_start().first() == Some(&b'[') {
+            return (self.handle_batch(&incoming).await, RpcMethod::NONE);
+        }
         let req = match JsonRpcMessage::parse(incoming.body) {
             Ok(JsonRpcMessage::Request(req)) => req,
             Ok(JsonRpcMessage::Notification(_)) => return (Reply::Accepted, RpcMethod::NOTIFICATION),
@@ -130,6 +140,104 @@ impl Server {
         (reply, named)
     }
 
+    /// A JSON-RPC batch: taken in a 2025-03-26 session only (a stdio
+    /// connection of that version, or an HTTP request without a version
+    /// header), each message answered as if it came alone, the answers in
+    /// one array (none: 202); refused everywhere else.
+    async fn handle_batch(&self, incoming: &Incoming<'_>) -> Reply {
+        let version = match (incoming.connection, &incoming.headers) {
+            (Some(c), _) => match c.era() {
+                Some(Era::Legacy(v)) => Some(v),
+                _ => None,
+            },
+            (None, Some(h)) => match h.protocol_version.as_deref().map(str::trim) {
+                None => Some(LegacyVersion::V2025_03_26),
+                Some(v) => LegacyVersion::parse(v),
+            },
+            (None, None) => None,
+        };
+        if !version.is_some_and(LegacyVersion::has_batches) {
+            let this = version.map_or(crate::model::PROTOCOL_VERSION, LegacyVersion::as_str);
+            return error_reply(
+                400,
+                None,
+                ErrorObject::new(
+                    ErrorCode::INVALID_REQUEST,
+                    format!(
+                        "JSON-RPC batches are not supported in protocol {this}: send one message at a time \
+                         (only 2025-03-26 sessions take batches)"
+                    ),
+                ),
+            );
+        }
+        let messages: Vec<Value> = match serde_json::from_slice(incoming.body) {
+            Ok(m) => m,
+            Err(e) => {
+                return error_reply(
+                    400,
+                    None,
+                    ErrorObject::new(ErrorCode::PARSE_ERROR, format!("parse error: {e}")),
+                );
+            }
+        };
+        if messages.is_empty() {
+            return error_reply(
+                400,
+                None,
+                ErrorObject::new(
+                    ErrorCode::INVALID_REQUEST,
+                    "an empty batch is not a valid request",
+                ),
+            );
+        }
+        let mut answers: Vec<String> = Vec::new();
+        for message in messages {
+            if message.get("method").and_then(Value::as_str) == Some("initialize") {
+                // 2025-03-26 lifecycle: "The initialization request MUST NOT be part of a JSON-RPC batch".
+                let id = message
+                    .get("id")
+                    .and_then(|i| serde_json::from_value(i.clone()).ok());
+                let e = crate::model::JsonRpcError::new(
+                    id,
+                    ErrorObject::new(
+                        ErrorCode::INVALID_REQUEST,
+                        "initialize must not be part of a batch",
+                    ),
+                );
+                answers.push(serde_json::to_string(&e).expect("errors serialize"));
+                continue;
+            }
+            let body = serde_json::to_vec(&message).expect("values serialize");
+            let one = Incoming {
+                body: &body,
+                headers: incoming.headers.clone(),
+                principal: incoming.principal.clone(),
+                connection: incoming.connection,
+            };
+            // A batch inside a batch is refused by the parse ("found an array").
+            let reply = match JsonRpcMessage::parse(&body) {
+                Err(e) => error_reply(400, e.id, e.error),
+                Ok(_) => Box::pin(self.handle_named(one)).await.0,
+            };
+            match reply {
+                Reply::Message { body, .. } => answers.push(body),
+                Reply::Accepted => {}
+                Reply::Stream(mut s) => {
+                    while let Some(m) = futures::StreamExt::next(&mut s).await {
+                        answers.push(m);
+                    }
+                }
+            }
+        }
+        if answers.is_empty() {
+            return Reply::Accepted;
+        }
+        Reply::Message {
+            status: 200,
+            body: format!("[{}]", answers.join(",")),
+        }
+    }
+
     fn knows(&self, method: &str) -> bool {
         matches!(
             method,
@@ -143,13 +251,16 @@ impl Server {
         let meta = RequestMeta::from_params(params).map_err(|e| Rejected::with_status(400, e))?;
         let headers = incoming.headers.as_ref();
         let meta_version = meta.as_ref().and_then(|m| m.protocol_version.clone());
+        let connection = incoming.connection;
         if meta_version.is_none() {
-            let header = headers.and_then(|h| h.protocol_version.as_deref()).map(str::trim);
-            let legacy_header = header.is_some_and(|v| LEGACY_VERSIONS.contains(&v));
-            let legacy_init = req.method == "initialize" && header.is_none();
-            if legacy_header || legacy_init {
-                return self.handle_legacy(req, incoming).await;
+            if let Some(version) = legacy_version(&req, incoming)? {
+                return self.handle_legacy(req, incoming, version).await;
             }
+        } else if let Some(era @ Era::Legacy(_)) = connection.and_then(Connection::era) {
+            return Err(Rejected::with_status(
+                400,
+                mixed_eras(era, "a request with 2026-07-28 `_meta`"),
+            ));
         }
         if let Some(h) = headers
             && h.protocol_version.is_none()
@@ -159,12 +270,19 @@ impl Server {
         // A request without the required `_meta` keys is malformed: -32602
         // with HTTP 400 (basic-index.md, per-request protocol fields).
         let Some(meta) = meta else {
+            // On a stdio connection that chose no era yet, the other way in
+            // is a legacy session.
+            let hint = if connection.is_some_and(|c| c.era().is_none()) {
+                " (or open a session of an earlier protocol with `initialize`)"
+            } else {
+                ""
+            };
             return Err(Rejected::with_status(
                 400,
-                invalid(
+                invalid(format!(
                     "request params must carry `_meta` with io.modelcontextprotocol/protocolVersion and \
-                     io.modelcontextprotocol/clientCapabilities",
-                ),
+                     io.modelcontextprotocol/clientCapabilities{hint}"
+                )),
             ));
         };
         let missing = meta.missing_required_keys();
@@ -244,15 +362,25 @@ impl Server {
         if TASK_METHODS.contains(&req.method.as_str()) && tasks.is_none() {
             return Err(ErrorObject::tasks_extension_required().into());
         }
+        // A valid 2026 request makes a stdio connection modern for good.
+        if let Some(era) = connection.map(|c| c.settle(Era::Modern))
+            && era != Era::Modern
+        {
+            return Err(Rejected::with_status(
+                400,
+                mixed_eras(era, "a request with 2026-07-28 `_meta`"),
+            ));
+        }
         let ctx = RequestCtx {
             id: req.id.clone(),
             principal: incoming.principal.clone(),
             caps,
             tasks,
+            legacy: None,
         };
         match req.method.as_str() {
             "server/discover" => Ok(result_reply(&ctx.id, self.discover(&ctx))),
-            "tools/list" => Ok(result_reply(&ctx.id, self.tools_list(true))),
+            "tools/list" => Ok(result_reply(&ctx.id, self.tools_list(None))),
             "tools/call" => Ok(self.tools_call(&req, &ctx, CallMode::Modern).await?),
             "prompts/list" => Ok(result_reply(&ctx.id, self.prompts_list())),
             "prompts/get" => Ok(self.prompts_get(&req, &ctx).await?),
@@ -311,6 +439,8 @@ pub(crate) struct RequestCtx {
     pub(crate) principal: Principal,
     pub(crate) caps: ClientCapabilities,
     pub(crate) tasks: Option<TasksCapability>,
+    /// The legacy version the request is served in; `None` on the 2026 wire.
+    pub(crate) legacy: Option<LegacyVersion>,
 }
 
 impl RequestCtx {
@@ -320,4 +450,50 @@ impl RequestCtx {
             show_paused: self.tasks.is_some_and(|t| t.pause),
         }
     }
+}
+
+/// The legacy version a request without 2026 `_meta` is served in, if any.
+///
+/// - stdio: `initialize` opens a session of the version it negotiates
+///   (once: the connection keeps it, and a connection that already spoke
+///   2026-07-28 refuses it); later requests are served in that version.
+/// - HTTP: a legacy `MCP-Protocol-Version` header names it; without the
+///   header, `initialize` negotiates one and any other request is
+///   2025-03-26, whose clients send no header (2025-06-18, "Protocol
+///   Version Header": "the server SHOULD assume protocol version
+///   2025-03-26").
+/// - In process (no headers, no connection): `initialize` only.
+///
+/// `None` sends the request down the 2026 pipeline, which refuses it for
+/// its missing `_meta`.
+fn legacy_version(req: &JsonRpcRequest, incoming: &Incoming<'_>) -> Result<Option<LegacyVersion>, Rejected> {
+    let initialize = req.method == "initialize";
+    let negotiated = || LegacyVersion::negotiate(str_param(req.params.as_ref(), "protocolVersion"));
+    if let Some(conn) = incoming.connection {
+        if !initialize {
+            return Ok(match conn.era() {
+                Some(Era::Legacy(v)) => Some(v),
+                _ => None,
+            });
+        }
+        return match conn.era() {
+            None => match conn.settle(Era::Legacy(negotiated())) {
+                Era::Legacy(v) => Ok(Some(v)),
+                era => Err(Rejected::legacy(mixed_eras(era, "initialize"))),
+            },
+            Some(Era::Legacy(v)) => Err(Rejected::legacy(ErrorObject::new(
+                ErrorCode::INVALID_REQUEST,
+                format!("this connection is already initialized (protocol {})", v.as_str()),
+            ))),
+            Some(era) => Err(Rejected::legacy(mixed_eras(era, "initialize"))),
+        };
+    }
+    let Some(headers) = incoming.headers.as_ref() else {
+        return Ok(initialize.then(negotiated));
+    };
+    Ok(match headers.protocol_version.as_deref().map(str::trim) {
+        Some(v) => LegacyVersion::parse(v),
+        None if initialize => Some(negotiated()),
+        None => Some(LegacyVersion::V2025_03_26),
+    })
 }

@@ -282,6 +282,7 @@ async fn endpoint_named(state: AppState, req: Request, named: &mut RpcMethod) ->
             body: &body,
             headers: Some(meta_headers),
             principal,
+            connection: None,
         })
         .await;
     *named = method;

@@ -31,11 +31,11 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use futures::stream::{BoxStream, StreamExt};
 use serde_json::{Value, json};
 
-use super::LEGACY_VERSIONS;
 use super::Server;
 use super::auth::Principal;
 use super::dispatch::{Incoming, RequestCtx, str_param};
 use super::reply::{Rejected, Reply, error_reply, invalid, result_reply, runtime_error, store_error};
+use super::session::{Connection, LegacyVersion};
 use super::tool_calls::CallMode;
 use crate::core::ClientView;
 use crate::model::{
@@ -179,25 +179,35 @@ fn decode_db_cursor(raw: &str) -> Option<(i64, i64)> {
 }
 
 impl Server {
-    /// A request on the legacy path. Every JSON-RPC error is sent with HTTP
-    /// 200 (the 2025-11-25 transport gives errors no status of their own).
+    /// A request on the legacy path, in protocol `version`. Every JSON-RPC
+    /// error is sent with HTTP 200 (the legacy transports give errors no
+    /// status of their own).
     pub(crate) async fn handle_legacy(
         &self,
         req: JsonRpcRequest,
         incoming: &Incoming<'_>,
+        version: LegacyVersion,
     ) -> Result<Reply, Rejected> {
         let ctx = RequestCtx {
             id: req.id.clone(),
             principal: incoming.principal.clone(),
             caps: ClientCapabilities::default(),
             tasks: None,
+            legacy: Some(version),
         };
         let params = req.params.as_ref();
-        let reply = match req.method.as_str() {
-            "initialize" => Ok(result_reply(&ctx.id, self.initialize(params))),
+        let method = req.method.as_str();
+        let tasks = version.has_tasks();
+        let reply = match method {
+            "initialize" => Ok(result_reply(&ctx.id, self.initialize(version))),
             "ping" => Ok(result_reply(&ctx.id, json!({}))),
-            "tools/list" => Ok(result_reply(&ctx.id, self.tools_list(false))),
-            "tools/call" => match call_mode(params) {
+            "tools/list" => Ok(result_reply(&ctx.id, self.tools_list(Some(version)))),
+            // Before 2025-11-25 `params.task` means nothing: a plain call.
+            "tools/call" => match if tasks {
+                call_mode(params)
+            } else {
+                Ok(CallMode::LegacySync)
+            } {
                 Ok(mode) => {
                     // A task-augmented call speaks a tasks wire: the tool
                     // sees the base tasks capability.
@@ -205,45 +215,58 @@ impl Server {
                         tasks: matches!(mode, CallMode::LegacyTask { .. }).then_some(TasksCapability::BASE),
                         ..ctx
                     };
-                    self.tools_call(&req, &ctx, mode).await
+                    match self.tools_call_created(&req, &ctx, mode).await {
+                        Ok((reply, created)) => {
+                            // A stdio session writes the new task's status changes as they happen.
+                            if let (Some(id), Some(conn)) = (created, incoming.connection) {
+                                conn.follow(id, self.status_notes(id, &ctx.principal));
+                            }
+                            Ok(reply)
+                        }
+                        Err(e) => Err(e),
+                    }
                 }
                 Err(e) => Err(e),
             },
-            "tasks/get" => self.legacy_get(&req, &ctx).await,
-            "tasks/result" => self.legacy_result(&req, &ctx).await,
-            "tasks/list" => self.legacy_list(&req, &ctx).await,
-            "tasks/cancel" => self.legacy_cancel(&req, &ctx).await,
-            other => Err(ErrorObject::new(
-                ErrorCode::METHOD_NOT_FOUND,
-                format!(
-                    "method not found: {other:?} (protocol {}: initialize, ping, tools/list, tools/call, \
-                     tasks/get, tasks/result, tasks/list, tasks/cancel)",
-                    LEGACY_VERSIONS[0]
-                ),
-            )),
+            "tasks/get" if tasks => self.legacy_get(&req, &ctx).await,
+            "tasks/result" if tasks => self.legacy_result(&req, &ctx, incoming.connection).await,
+            "tasks/list" if tasks => self.legacy_list(&req, &ctx).await,
+            "tasks/cancel" if tasks => self.legacy_cancel(&req, &ctx).await,
+            other => {
+                let known = if tasks {
+                    "initialize, ping, tools/list, tools/call, tasks/get, tasks/result, tasks/list, tasks/cancel"
+                } else {
+                    "initialize, ping, tools/list, tools/call"
+                };
+                Err(ErrorObject::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!(
+                        "method not found: {other:?} (protocol {}: {known})",
+                        version.as_str()
+                    ),
+                ))
+            }
         };
         reply.map_err(Rejected::legacy)
     }
 
-    fn initialize(&self, params: Option<&JsonObject>) -> Value {
-        let requested = str_param(params, "protocolVersion").unwrap_or(LEGACY_VERSIONS[0]);
-        let version = if LEGACY_VERSIONS.contains(&requested) {
-            requested
-        } else {
-            LEGACY_VERSIONS[0]
-        };
+    fn initialize(&self, version: LegacyVersion) -> Value {
         let mut capabilities = json!({"tools": {"listChanged": false}});
-        // Tasks exist from 2025-11-25 on.
-        if version == LEGACY_VERSIONS[0] {
+        let instructions = if version.has_tasks() {
             capabilities["tasks"] = json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
-        }
+            "Tools with execution.taskSupport run as tasks when called with `params.task`; \
+             subtasks appear in childTaskIds. Steer, pause and resume need protocol \
+             2026-07-28 with the io.modelcontextprotocol/tasks extension."
+        } else {
+            "Tools are answered when they finish. Tasks (polling, cancel, subtasks) need protocol \
+             2025-11-25; steer, pause and resume need 2026-07-28 with the \
+             io.modelcontextprotocol/tasks extension."
+        };
         json!({
-            "protocolVersion": version,
+            "protocolVersion": version.as_str(),
             "capabilities": capabilities,
             "serverInfo": self.server_info(),
-            "instructions": "Tools with execution.taskSupport run as tasks when called with `params.task`; \
-                             subtasks appear in childTaskIds. Steer, pause and resume need protocol \
-                             2026-07-28 with the io.modelcontextprotocol/tasks extension.",
+            "instructions": instructions,
         })
     }
 
@@ -291,8 +314,23 @@ impl Server {
     /// `tasks/result`: the answer at once for a terminal task; otherwise an
     /// SSE stream of status notifications and input requests that ends with
     /// the answer.
-    async fn legacy_result(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
+    ///
+    /// On a stdio connection the status notifications come from the
+    /// connection's follower of the task (one for every request that
+    /// waits on it), so the stream carries the input requests and the answer.
+    async fn legacy_result(
+        &self,
+        req: &JsonRpcRequest,
+        ctx: &RequestCtx,
+        connection: Option<&Connection>,
+    ) -> Result<Reply, ErrorObject> {
         let (id, snap, _) = self.legacy_lookup(req, &ctx.principal).await?;
+        let notes = connection.is_none();
+        if let Some(conn) = connection
+            && !snap.status().is_terminal()
+        {
+            conn.follow(id, self.status_notes(id, &ctx.principal));
+        }
         let rt = self.inner.runtime.clone();
         if snap.status().is_terminal() {
             rt.flushed(id).await.map_err(store_error)?;
@@ -341,8 +379,9 @@ impl Server {
                     continue;
                 }
                 st.done = false;
-                let note = json!({"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": task_object(&snap)});
-                st.ready.push_back(note.to_string());
+                if notes {
+                    st.ready.push_back(status_note(&snap));
+                }
                 if let TaskPayload::InputRequired { input_requests } = snap.payload() {
                     for (key, request) in input_requests {
                         if st.asked.insert(key.clone()) {
@@ -357,6 +396,25 @@ impl Server {
             }
         });
         Ok(Reply::Stream(stream.boxed()))
+    }
+
+    /// Task `id`'s `notifications/tasks/status`, each once durable, with
+    /// whether it is the last (the task ended); a store failure ends them.
+    fn status_notes(&self, id: TaskId, principal: &Principal) -> BoxStream<'static, (String, bool)> {
+        let rt = self.inner.runtime.clone();
+        self.follow(id, principal.name(), ClientView::BASE)
+            .then(move |snap| {
+                let rt = rt.clone();
+                async move {
+                    rt.flushed(id)
+                        .await
+                        .ok()
+                        .map(|()| (status_note(&snap), snap.status().is_terminal()))
+                }
+            })
+            .take_while(|n| std::future::ready(n.is_some()))
+            .filter_map(std::future::ready)
+            .boxed()
     }
 
     async fn legacy_list(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
@@ -534,6 +592,11 @@ impl Server {
             ),
         }
     }
+}
+
+/// `notifications/tasks/status` with the task's state.
+fn status_note(t: &DetailedTask) -> String {
+    json!({"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": task_object(t)}).to_string()
 }
 
 /// An input request of a task as a server-to-client JSON-RPC request with

@@ -18,6 +18,7 @@ mod metrics;
 mod mrtr;
 mod reply;
 mod schema;
+mod session;
 pub mod stdio;
 mod subscriptions;
 mod tasks;
@@ -40,6 +41,7 @@ pub use schema::{ArgumentError, check_arguments};
 /// for `#[derive(JsonSchema)]` without a dependency of your own: add
 /// `#[schemars(crate = "subtask::server::schemars")]` to the type.
 pub use schemars;
+pub use session::Connection;
 pub use tool::{
     PromptSpec, RegisteredPrompt, RegisteredTool, TaskBody, TaskSupport, Tool, ToolCall, ToolOutcome,
     ToolSpec, elicitation, error_result, structured_result, text_result,

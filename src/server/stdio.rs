@@ -1,6 +1,12 @@
 //! stdio transport: one JSON-RPC message per line on stdin, replies as
 //! lines on stdout (logs go to stderr). Requests run concurrently;
 //! `notifications/cancelled` aborts an in-flight request by id.
+//!
+//! The connection is one era for its whole life ([`Connection`]): a
+//! 2026-07-28 one (requests carry their version in `_meta`), or a legacy
+//! session opened by `initialize`, served as on the legacy HTTP path, with
+//! the tasks' status notifications and input requests written to stdout
+//! and the client's answers read from stdin.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,6 +18,7 @@ use tokio::sync::mpsc;
 
 use super::dispatch::Incoming;
 use super::reply::Reply;
+use super::session::Connection;
 use super::{Principal, Server};
 
 /// Serves `server` over stdin/stdout until stdin closes.
@@ -43,6 +50,7 @@ pub async fn serve_lines(
         Ok::<(), std::io::Error>(())
     });
     let inflight: Arc<Mutex<HashMap<String, tokio::task::AbortHandle>>> = Arc::default();
+    let connection = Arc::new(Connection::new(tx.clone()));
     let mut lines = BufReader::new(input).lines();
     let max = server.config().limits.max_body_bytes;
     while let Some(line) = lines.next_line().await? {
@@ -79,12 +87,14 @@ pub async fn serve_lines(
         let tx = tx.clone();
         let inflight2 = inflight.clone();
         let key2 = key.clone();
+        let connection = connection.clone();
         let task = tokio::spawn(async move {
             let reply = server
                 .handle(Incoming {
                     body: line.as_bytes(),
                     headers: None,
                     principal: Principal::anonymous(),
+                    connection: Some(&connection),
                 })
                 .await;
             match reply {
@@ -110,6 +120,10 @@ pub async fn serve_lines(
             inflight.lock().insert(k, task.abort_handle());
         }
     }
+    // The client went away: the status followers end; requests in flight
+    // are still answered (a script may close stdin after its last request).
+    connection.close();
+    drop(connection);
     drop(tx);
     writer.await.map_err(std::io::Error::other)?
 }

@@ -7,6 +7,7 @@ use serde_json::Value;
 use super::auth::Principal;
 use super::dispatch::{RequestCtx, str_param};
 use super::reply::{Reply, invalid, result_reply, runtime_error, store_error};
+use super::session::LegacyVersion;
 use super::tasks::responses_of;
 use super::tool::{ToolCall, ToolOutcome};
 use super::{RegisteredTool, Server, TaskSupport};
@@ -18,7 +19,11 @@ use crate::model::{
 use crate::runtime::Launch;
 
 impl Server {
-    pub(crate) fn tools_list(&self, modern: bool) -> ListToolsResult {
+    /// `tools/list` on the 2026 wire (`legacy` is `None`) or a legacy
+    /// version's (`execution.taskSupport` from 2025-11-25 on).
+    pub(crate) fn tools_list(&self, legacy: Option<LegacyVersion>) -> ListToolsResult {
+        let modern = legacy.is_none();
+        let execution = legacy.is_some_and(LegacyVersion::has_tasks);
         let tools = self
             .inner
             .tools
@@ -29,7 +34,7 @@ impl Server {
                 input_schema: t.spec.input_schema.clone(),
                 // 2025-11-25 tool-level negotiation; the 2026 extension
                 // leaves the choice to the server and has no such field.
-                execution: (!modern).then(|| {
+                execution: execution.then(|| {
                     let mut execution = serde_json::Map::new();
                     execution.insert("taskSupport".to_owned(), t.spec.task_support.as_str().into());
                     JsonObject::from_map(execution)
@@ -114,6 +119,19 @@ impl Server {
         ctx: &RequestCtx,
         mode: CallMode,
     ) -> Result<Reply, ErrorObject> {
+        self.tools_call_created(req, ctx, mode)
+            .await
+            .map(|(reply, _)| reply)
+    }
+
+    /// [`Server::tools_call`], also naming the task it answered with, when
+    /// the answer is a task (a stdio session follows it).
+    pub(crate) async fn tools_call_created(
+        &self,
+        req: &JsonRpcRequest,
+        ctx: &RequestCtx,
+        mode: CallMode,
+    ) -> Result<(Reply, Option<TaskId>), ErrorObject> {
         let legacy = mode != CallMode::Modern;
         let name =
             str_param(req.params.as_ref(), "name").ok_or_else(|| invalid("`name` must be a string"))?;
@@ -161,14 +179,16 @@ impl Server {
             ToolOutcome::InputRequired {
                 input_requests,
                 state,
-            } => return Ok(self.input_required_reply(ctx, name, input_requests, state)),
+            } => return Ok((self.input_required_reply(ctx, name, input_requests, state), None)),
             // A task-augmented legacy call must be answered with a task: a
             // result the tool gave at once becomes a task that completes with it.
             ToolOutcome::Complete(result) if matches!(mode, CallMode::LegacyTask { .. }) => {
                 let body: super::TaskBody = Box::new(move |_ctx| Box::pin(async move { Ok(result) }));
                 (body, None)
             }
-            ToolOutcome::Complete(result) => return Ok(result_reply(&ctx.id, complete(result, legacy))),
+            ToolOutcome::Complete(result) => {
+                return Ok((result_reply(&ctx.id, complete(result, ctx.legacy)), None));
+            }
             ToolOutcome::Task { body, ttl_ms } => (body, ttl_ms),
         };
         let ttl_ms = match mode {
@@ -207,7 +227,7 @@ impl Server {
             // own batch, so wait after reading it.
             self.created_durably(id).await?;
             // Serialized straight into the reply (no `Value` in between).
-            return Ok(if legacy {
+            let reply = if legacy {
                 result_reply(
                     &ctx.id,
                     crate::model::LegacyCreateTaskResult {
@@ -217,7 +237,8 @@ impl Server {
                 )
             } else {
                 result_reply(&ctx.id, crate::model::CreateTaskResult::new(seed(snap)))
-            });
+            };
+            return Ok((reply, Some(id)));
         }
         self.created_durably(id).await?;
         // A client that did not ask for a task gets the final result; if it
@@ -241,7 +262,7 @@ impl Server {
             }
             _ => super::tool::error_result(format!("{name} was cancelled before it finished")),
         };
-        Ok(result_reply(&ctx.id, complete(result, legacy)))
+        Ok((result_reply(&ctx.id, complete(result, ctx.legacy)), None))
     }
 
     /// Waits until the new task `id` is durable. When the store cannot
@@ -321,7 +342,7 @@ impl Server {
             .clone();
         let call = self.read_call(req, ctx, name)?;
         match prompt.prompt.call(call).await {
-            ToolOutcome::Complete(result) => Ok(result_reply(&ctx.id, complete(result, false))),
+            ToolOutcome::Complete(result) => Ok(result_reply(&ctx.id, complete(result, None))),
             ToolOutcome::Error(e) => Err(e),
             ToolOutcome::InputRequired {
                 input_requests,
@@ -351,11 +372,34 @@ pub(crate) enum CallMode {
     },
 }
 
-pub(crate) fn complete(result: JsonObject, legacy: bool) -> Value {
-    if legacy {
-        result.to_value()
-    } else {
-        crate::model::complete_result(result).to_value()
+/// A tool's result as the request's protocol shows it: with `resultType`
+/// on the 2026 wire (`legacy` is `None`), as the tool made it on the
+/// legacy wire, without `structuredContent` before 2025-06-18 (its text
+/// content stays: the tool's words for the same result).
+pub(crate) fn complete(result: JsonObject, legacy: Option<LegacyVersion>) -> Value {
+    match legacy {
+        None => crate::model::complete_result(result).to_value(),
+        Some(v) if v.has_structured_content() => result.to_value(),
+        Some(_) => {
+            let mut value = result.to_value();
+            if let Some(map) = value.as_object_mut()
+                && let Some(structured) = map.remove("structuredContent")
+            {
+                let empty = map
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .is_none_or(Vec::is_empty);
+                if empty {
+                    // What the 2025-06-18 text asks of such a tool anyway:
+                    // the structured result serialized as text.
+                    map.insert(
+                        "content".to_owned(),
+                        serde_json::json!([{"type": "text", "text": structured.to_string()}]),
+                    );
+                }
+            }
+            value
+        }
     }
 }
 

@@ -409,6 +409,7 @@ async fn relay(server: &Server, principal: Principal, method: &str, params: Valu
             body: body.as_bytes(),
             headers: None,
             principal,
+            connection: None,
         })
         .await;
     match reply {
