@@ -52,9 +52,13 @@ enum Command {
         #[arg(long = "allow-host")]
         allow_hosts: Vec<String>,
         /// Where tasks are kept: a SQLite file (created if missing), or a
-        /// PostgreSQL database as `postgres://USER@HOST:PORT/DB`.
-        #[arg(long, default_value = "subtask.db", conflicts_with = "memory")]
-        db: String,
+        /// PostgreSQL database as `postgres://USER@HOST:PORT/DB`. Default:
+        /// `subtask.db` in the working directory over HTTP; with --stdio,
+        /// `subtask/subtask.db` in the per-user data directory
+        /// (`$XDG_DATA_HOME`, else `~/.local/share`, on Linux), since hosts
+        /// launch stdio servers from any directory.
+        #[arg(long, conflicts_with = "memory")]
+        db: Option<String>,
         /// Keep tasks in memory only: nothing survives a restart.
         #[arg(long)]
         memory: bool,
@@ -172,6 +176,17 @@ fn main() -> ExitCode {
                 return ExitCode::from(cli::EXIT_USAGE);
             }
             let lease = std::time::Duration::from_secs_f64(lease);
+            let db = match db {
+                Some(db) => db,
+                None if stdio && !memory => match stdio_database() {
+                    Ok(path) => path,
+                    Err(e) => {
+                        eprintln!("subtask: {e}; name a database with --db PATH (or use --memory)");
+                        return ExitCode::from(3);
+                    }
+                },
+                None => "subtask.db".to_owned(),
+            };
             let postgres = db.starts_with("postgres://") || db.starts_with("postgresql://");
             if db_max_size.is_some() && (memory || postgres) {
                 eprintln!("subtask: --db-max-size applies to a SQLite --db only");
@@ -333,6 +348,26 @@ enum Served {
 
 /// A PostgreSQL cluster member's registration and cluster settings.
 type Joining = (Registration, ClusterConfig);
+
+/// The database of `serve --stdio` without `--db`: `subtask/subtask.db` in
+/// the per-user data directory, which is created if needed. A host launches
+/// a stdio server from a working directory that may be `/` or read-only.
+fn stdio_database() -> Result<String, String> {
+    let dir = dirs::data_dir()
+        .ok_or("no per-user data directory (is HOME set?)")?
+        .join("subtask");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("cannot create the data directory {}: {e}", dir.display()))?;
+    let path = dir.join("subtask.db");
+    let path = path
+        .to_str()
+        .ok_or_else(|| format!("the data directory {} is not valid UTF-8", dir.display()))?;
+    tracing::info!(
+        path,
+        "tasks are kept in the per-user data directory (--db moves them)"
+    );
+    Ok(path.to_owned())
+}
 
 /// The store `--db` names.
 enum StoreChoice {

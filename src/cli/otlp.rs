@@ -155,9 +155,13 @@ fn log_filter() -> EnvFilter {
     EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))
 }
 
-/// The log layer: human-readable lines on stderr.
+/// The log layer: human-readable lines on stderr, colored only on a
+/// terminal (a host that launches `serve --stdio` keeps stderr in a log file).
 fn log_layer<S: Subscriber + for<'a> LookupSpan<'a>>() -> impl Layer<S> {
-    tracing_subscriber::fmt::layer().with_writer(std::io::stderr)
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
 }
 
 /// Installs the process's subscriber: logs to stderr, plus, with an

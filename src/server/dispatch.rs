@@ -492,6 +492,8 @@ fn legacy_version(req: &JsonRpcRequest, incoming: &Incoming<'_>) -> Result<Optio
         return Ok(initialize.then(negotiated));
     };
     Ok(match headers.protocol_version.as_deref().map(str::trim) {
+        // `initialize` negotiates from its params, whatever a header says.
+        Some(v) if initialize && LegacyVersion::parse(v).is_some() => Some(negotiated()),
         Some(v) => LegacyVersion::parse(v),
         None if initialize => Some(negotiated()),
         None => Some(LegacyVersion::V2025_03_26),
