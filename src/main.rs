@@ -335,6 +335,16 @@ struct OpsArgs {
     /// Do not serve Prometheus metrics at /metrics.
     #[arg(long = "no-metrics")]
     no_metrics: bool,
+    /// Add the control tools a model in a host can call: task_status,
+    /// task_wait, task_steer, task_pause, task_resume, task_cancel
+    /// (docs/agents.md).
+    #[arg(long = "agent-tools")]
+    agent_tools: bool,
+    /// Answer a task tool called by a client that asked for no task at once
+    /// with the task's id, the task running on, for the model to follow with
+    /// the control tools (implies --agent-tools).
+    #[arg(long)]
+    background: bool,
 }
 
 /// How `serve` ended.
@@ -413,6 +423,8 @@ async fn serve(
         allowed_hosts: allow_hosts,
         ui: !ops.no_ui,
         metrics: !ops.no_metrics,
+        agent_tools: ops.agent_tools,
+        background: ops.background,
         ..ServerConfig::default()
     };
     config.limits.max_live_tasks_per_principal = limits.max_live_per_principal;

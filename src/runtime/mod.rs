@@ -46,7 +46,7 @@ mod scheduler;
 mod span;
 pub mod stats;
 mod tree;
-#[cfg(feature = "ui")]
+#[cfg(feature = "server")]
 pub(crate) mod view;
 
 use std::collections::VecDeque;

@@ -50,6 +50,24 @@ pub struct ServerConfig {
     /// Serve `/metrics` in the Prometheus text format (feature `metrics`;
     /// docs/operations.md, "Metrics").
     pub metrics: bool,
+    /// List and answer the control tools a model in a host can call:
+    /// `task_status`, `task_wait`, `task_steer`, `task_pause`,
+    /// `task_resume`, `task_cancel` (docs/agents.md). Off by default.
+    pub agent_tools: bool,
+    /// Answer a call of any task tool from a client that asked for no task
+    /// (no tasks extension, no `params.task`) at once with the task's id,
+    /// instead of when the tree ends; the task runs on and the control
+    /// tools follow it (turned on with this). Per tool:
+    /// [`ToolSpec::background`](super::ToolSpec::background). Off by default.
+    pub background: bool,
+}
+
+impl ServerConfig {
+    /// Whether the control tools are served: asked for, or needed to follow
+    /// background answers.
+    pub fn agent_tools(&self) -> bool {
+        self.agent_tools || self.background
+    }
 }
 
 impl Default for ServerConfig {
@@ -65,6 +83,8 @@ impl Default for ServerConfig {
             keep_alive: Duration::from_secs(15),
             ui: true,
             metrics: true,
+            agent_tools: false,
+            background: false,
         }
     }
 }

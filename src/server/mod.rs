@@ -4,6 +4,7 @@
 //! This layer validates and dispatches requests, authenticates principals
 //! and enforces limits; it holds no lifecycle logic (that is the core's).
 
+mod agent;
 mod auth;
 #[cfg(feature = "postgres")]
 mod cluster;
@@ -121,7 +122,21 @@ impl ServerBuilder {
     }
 
     /// The server.
+    ///
+    /// # Panics
+    ///
+    /// If the control tools are on (`ServerConfig::agent_tools`) and a
+    /// registered tool has one of their names.
     pub fn build(self) -> Server {
+        if self.config.agent_tools() {
+            for t in &self.tools {
+                assert!(
+                    !agent::NAMES.contains(&t.spec.name.as_str()),
+                    "tool {:?} has the name of a control tool (ServerConfig::agent_tools)",
+                    t.spec.name
+                );
+            }
+        }
         let owners = auth::Owners::new(self.config.limits.max_live_tasks_per_principal);
         // Every tool's series exist from the start (at zero), so a rate
         // over the first tasks is right.

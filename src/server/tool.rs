@@ -53,6 +53,11 @@ pub struct ToolSpec {
     /// made before the restart happen again. Non-resumable tasks that were
     /// running when the server stopped fail with a restart error.
     pub resumable: bool,
+    /// Whether a call from a client that asked for no task is answered at
+    /// once with the task's id while the task runs on, for a model to
+    /// follow with the control tools (`ServerConfig::background` does it
+    /// for every task tool; docs/agents.md).
+    pub background: bool,
 }
 
 impl ToolSpec {
@@ -68,6 +73,7 @@ impl ToolSpec {
             input_schema: JsonObject::from_value(schema).expect("a tool's input schema is a JSON object"),
             task_support,
             resumable: false,
+            background: false,
         }
     }
 
@@ -123,6 +129,14 @@ impl ToolSpec {
     #[must_use]
     pub fn resumable(mut self) -> Self {
         self.resumable = true;
+        self
+    }
+
+    /// Answers a call from a client that asked for no task at once with
+    /// the task's id (see [`ToolSpec::background`]).
+    #[must_use]
+    pub fn background(mut self) -> Self {
+        self.background = true;
         self
     }
 }

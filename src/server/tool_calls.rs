@@ -24,23 +24,22 @@ impl Server {
     pub(crate) fn tools_list(&self, legacy: Option<LegacyVersion>) -> ListToolsResult {
         let modern = legacy.is_none();
         let execution = legacy.is_some_and(LegacyVersion::has_tasks);
-        let tools = self
-            .inner
-            .tools
-            .iter()
-            .map(|t| ToolDescription {
-                name: t.spec.name.clone(),
-                description: Some(t.spec.description.clone()),
-                input_schema: t.spec.input_schema.clone(),
-                // 2025-11-25 tool-level negotiation; the 2026 extension
-                // leaves the choice to the server and has no such field.
-                execution: execution.then(|| {
-                    let mut execution = serde_json::Map::new();
-                    execution.insert("taskSupport".to_owned(), t.spec.task_support.as_str().into());
-                    JsonObject::from_map(execution)
-                }),
-            })
-            .collect();
+        let describe = |spec: &super::ToolSpec| ToolDescription {
+            name: spec.name.clone(),
+            description: Some(spec.description.clone()),
+            input_schema: spec.input_schema.clone(),
+            // 2025-11-25 tool-level negotiation; the 2026 extension
+            // leaves the choice to the server and has no such field.
+            execution: execution.then(|| {
+                let mut execution = serde_json::Map::new();
+                execution.insert("taskSupport".to_owned(), spec.task_support.as_str().into());
+                JsonObject::from_map(execution)
+            }),
+        };
+        let mut tools: Vec<ToolDescription> = self.inner.tools.iter().map(|t| describe(&t.spec)).collect();
+        if self.inner.config.agent_tools() {
+            tools.extend(super::agent::specs().iter().map(describe));
+        }
         if modern {
             ListToolsResult::modern(tools)
         } else {
@@ -135,15 +134,34 @@ impl Server {
         let legacy = mode != CallMode::Modern;
         let name =
             str_param(req.params.as_ref(), "name").ok_or_else(|| invalid("`name` must be a string"))?;
+        if self.is_agent_tool(name) {
+            if matches!(mode, CallMode::LegacyTask { .. }) {
+                return Err(ErrorObject::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!(
+                        "tool {name:?} does not support task-augmented calls (execution.taskSupport is \"forbidden\")"
+                    ),
+                ));
+            }
+            let call = self.read_call(req, ctx, name)?;
+            let result = self.agent_call(name, &call.arguments, &ctx.principal).await;
+            return Ok((result_reply(&ctx.id, complete(result, ctx.legacy)), None));
+        }
         let tool = self.tool(name)?.clone();
+        // A client that asked for no task, answered at once with the task's id.
+        let background = match mode {
+            CallMode::Modern => ctx.tasks.is_none() && self.answers_in_background(&tool),
+            CallMode::LegacySync => self.answers_in_background(&tool),
+            CallMode::LegacyTask { .. } => false,
+        };
         match (tool.spec.task_support, mode) {
-            (TaskSupport::Required, CallMode::Modern) if ctx.tasks.is_none() => {
+            (TaskSupport::Required, CallMode::Modern) if ctx.tasks.is_none() && !background => {
                 return Err(ErrorObject::tasks_extension_required());
             }
             // 2025-11-25, tool-level negotiation: -32601 for a required task
             // tool called without `params.task`, and for a task-augmented
             // call of a tool that forbids it.
-            (TaskSupport::Required, CallMode::LegacySync) => {
+            (TaskSupport::Required, CallMode::LegacySync) if !background => {
                 return Err(ErrorObject::new(
                     ErrorCode::METHOD_NOT_FOUND,
                     format!(
@@ -241,6 +259,10 @@ impl Server {
             return Ok((reply, Some(id)));
         }
         self.created_durably(id).await?;
+        if background {
+            let answer = self.background_answer(name, id);
+            return Ok((result_reply(&ctx.id, complete(answer, ctx.legacy)), None));
+        }
         // A client that did not ask for a task gets the final result; if it
         // goes away, the task is cancelled.
         let guard = CancelOnDrop {

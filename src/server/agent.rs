@@ -1,0 +1,780 @@
+//! Control tools for a model in a host: follow, wait for, steer, pause,
+//! resume and cancel task trees through ordinary `tools/call`s, and
+//! background answers for clients that did not declare the tasks extension
+//! (`ServerConfig::agent_tools`, `ServerConfig::background`,
+//! `ToolSpec::background`; docs/agents.md).
+//!
+//! Hosts expose only tools to their model, and most declare no tasks
+//! extension at all, so the wire's `tasks/*` methods are out of a model's
+//! reach. These tools are the same operations as ordinary tools: every
+//! command goes through the dispatcher as the caller (same checks, errors,
+//! durability, cluster routing), and a task another principal owns looks
+//! unknown. Their answers are written for a model: what happened, what it
+//! means, what to call next, with the same facts as `structuredContent`.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use super::auth::Principal;
+use super::dispatch::Incoming;
+use super::reply::Reply;
+use super::{RegisteredTool, Server, TaskSupport, ToolSpec};
+use crate::model::{
+    ClientView, DetailedTask, ErrorObject, JsonObject, PROTOCOL_VERSION, TaskId, TaskPayload, TaskStatus,
+};
+
+/// `task_status`: a tree's progress and its partial results.
+pub(crate) const STATUS: &str = "task_status";
+/// `task_wait`: the result, waited for up to a bound.
+pub(crate) const WAIT: &str = "task_wait";
+/// `task_steer`.
+pub(crate) const STEER: &str = "task_steer";
+/// `task_pause`.
+pub(crate) const PAUSE: &str = "task_pause";
+/// `task_resume`.
+pub(crate) const RESUME: &str = "task_resume";
+/// `task_cancel`.
+pub(crate) const CANCEL: &str = "task_cancel";
+
+/// The control tools, in the order `tools/list` shows them.
+pub(crate) const NAMES: [&str; 6] = [STATUS, WAIT, STEER, PAUSE, RESUME, CANCEL];
+
+/// Tasks listed in one `task_status` answer at most.
+pub(crate) const PAGE_TASKS: usize = 25;
+/// Characters of listed tasks in one `task_status` answer at most (the
+/// summary and the cursor come on top): a page fits a model's context.
+pub(crate) const PAGE_CHARS: usize = 6_000;
+/// Characters of one task's result or message shown in a listing.
+const EXCERPT_CHARS: usize = 400;
+/// Characters of a final result `task_wait` shows as text (the whole
+/// result is in `structuredContent`).
+const RESULT_CHARS: usize = 8_000;
+/// The longest `task_wait` (a host's own timeout is often a minute).
+const MAX_WAIT_SECS: u64 = 60;
+/// `task_wait`'s default.
+const DEFAULT_WAIT_SECS: u64 = 30;
+/// How long `task_cancel` waits for the subtree to wind down before it
+/// answers with the state it has.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
+/// The control tools' specs.
+pub(crate) fn specs() -> Vec<ToolSpec> {
+    let task_id = json!({"type": "string", "description": "The task's id (`taskId`), as the tool that started it or task_status gave it."});
+    vec![
+        ToolSpec::new(
+            STATUS,
+            "Shows how a background task is doing: its status, every subtask's status and message, and the \
+             results of the subtasks that have finished so far, listed in the order the final answer puts them \
+             together. Use it to check on long work, to read partial results before the end, or to find a \
+             subtask's id. Large trees come in pages: pass `cursor` from the previous answer to read on.",
+            json!({"type": "object", "properties": {
+                "taskId": task_id,
+                "cursor": {"type": "string", "description": "From the previous task_status answer, to read the next page."}
+            }, "required": ["taskId"], "additionalProperties": false}),
+            TaskSupport::Forbidden,
+        ),
+        ToolSpec::new(
+            WAIT,
+            "Waits until a background task has finished, for at most `seconds` (1-60, default 30), and returns \
+             its final result. If it is still running when the time is up, says how far it got: call task_wait \
+             again to keep waiting, or task_status for partial results.",
+            json!({"type": "object", "properties": {
+                "taskId": task_id,
+                "seconds": {"type": "integer", "minimum": 1, "maximum": MAX_WAIT_SECS, "description": "How long to wait at most (default 30)."}
+            }, "required": ["taskId"], "additionalProperties": false}),
+            TaskSupport::Forbidden,
+        ),
+        ToolSpec::new(
+            STEER,
+            "Sends guidance to a running task, such as \"focus on cancellation\" or \"skip the history\". The \
+             task reads it at its next safe point and may change its plan (cancel work that no longer fits, add \
+             new work); call task_status afterwards to see what it did. A finished task cannot be steered.",
+            json!({"type": "object", "properties": {
+                "taskId": task_id,
+                "message": {"type": "string", "minLength": 1, "description": "The guidance, in plain words."}
+            }, "required": ["taskId", "message"], "additionalProperties": false}),
+            TaskSupport::Forbidden,
+        ),
+        ToolSpec::new(
+            PAUSE,
+            "Pauses a task and all its subtasks at their next safe points, keeping everything they have done. \
+             Nothing is lost: task_resume continues from where they stopped. The answer says whether the task \
+             is paused already or will pause shortly (task_status shows `paused` once it has).",
+            json!({"type": "object", "properties": {"taskId": task_id}, "required": ["taskId"], "additionalProperties": false}),
+            TaskSupport::Forbidden,
+        ),
+        ToolSpec::new(
+            RESUME,
+            "Resumes a paused task and its subtasks from where they stopped. Only a task that is paused (as \
+             task_status shows) can be resumed.",
+            json!({"type": "object", "properties": {"taskId": task_id}, "required": ["taskId"], "additionalProperties": false}),
+            TaskSupport::Forbidden,
+        ),
+        ToolSpec::new(
+            CANCEL,
+            "Cancels a task and all its subtasks for good. The results of subtasks that had finished stay \
+             readable with task_status. Use task_pause instead to stop for a while.",
+            json!({"type": "object", "properties": {"taskId": task_id}, "required": ["taskId"], "additionalProperties": false}),
+            TaskSupport::Forbidden,
+        ),
+    ]
+}
+
+/// A tool result with `text` and `structured` content.
+fn answer(text: String, structured: Value) -> JsonObject {
+    JsonObject::from_value(json!({
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": structured,
+        "isError": false,
+    }))
+    .expect("a literal object")
+}
+
+/// A tool result with `isError: true`: the model reads `text` and can act.
+fn refusal(text: String) -> JsonObject {
+    super::tool::error_result(text)
+}
+
+/// `text` cut to `max` characters, saying how much was left out.
+fn excerpt(text: &str, max: usize) -> String {
+    let mut chars = text.char_indices();
+    match chars.nth(max) {
+        None => text.to_owned(),
+        Some((cut, _)) => {
+            let rest = text[cut..].chars().count();
+            format!("{}… ({rest} more characters)", &text[..cut])
+        }
+    }
+}
+
+/// The text of a tool result's content items.
+fn result_text(result: &JsonObject) -> String {
+    let texts: Vec<&str> = result
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|c| c.get("text").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    if texts.is_empty() {
+        result
+            .get("structuredContent")
+            .map(ToString::to_string)
+            .unwrap_or_default()
+    } else {
+        texts.join("\n")
+    }
+}
+
+/// One task of a tree as `task_status` reads it.
+struct Node {
+    id: TaskId,
+    parent: Option<TaskId>,
+    status: TaskStatus,
+    message: Option<String>,
+    children: Vec<TaskId>,
+}
+
+/// A task's outcome as a model reads it: its result's text, its error.
+fn outcome_of(snap: &DetailedTask) -> (Option<String>, Option<String>) {
+    match snap.payload() {
+        TaskPayload::Completed { result } => (Some(result_text(result)), None),
+        TaskPayload::Failed { error } => (None, Some(format!("{} (error {})", error.message, error.code))),
+        _ => (None, None),
+    }
+}
+
+fn status_word(s: TaskStatus) -> &'static str {
+    s.as_str()
+}
+
+/// `task_status`'s cursor: the task and how many entries were shown.
+fn encode_cursor(task: TaskId, offset: usize) -> String {
+    URL_SAFE_NO_PAD.encode(format!("task-status:{task}:{offset}"))
+}
+
+fn decode_cursor(raw: &str) -> Option<(TaskId, usize)> {
+    let bytes = URL_SAFE_NO_PAD.decode(raw).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (task, offset) = text.strip_prefix("task-status:")?.split_once(':')?;
+    Some((task.parse().ok()?, offset.parse().ok()?))
+}
+
+/// The tasks under `top` (itself included) in SEP-2268 result order: each
+/// child's subtree in `childTaskIds` order, then the parent.
+fn result_order(nodes: &HashMap<TaskId, Node>, top: TaskId) -> Vec<(TaskId, usize)> {
+    let mut out = Vec::with_capacity(nodes.len());
+    // (task, depth, children visited)
+    let mut stack: Vec<(TaskId, usize, bool)> = vec![(top, 0, false)];
+    while let Some((id, depth, visited)) = stack.pop() {
+        let Some(node) = nodes.get(&id) else { continue };
+        if visited {
+            out.push((id, depth));
+            continue;
+        }
+        stack.push((id, depth, true));
+        stack.extend(node.children.iter().rev().map(|c| (*c, depth + 1, false)));
+    }
+    out
+}
+
+impl Server {
+    /// Whether `name` is a control tool this server serves.
+    pub(crate) fn is_agent_tool(&self, name: &str) -> bool {
+        self.inner.config.agent_tools() && NAMES.contains(&name)
+    }
+
+    /// Whether a call of `tool` from a client that asked for no task is
+    /// answered at once with the task's id (the task runs on).
+    pub(crate) fn answers_in_background(&self, tool: &RegisteredTool) -> bool {
+        tool.spec.task_support != TaskSupport::Forbidden
+            && (self.inner.config.background || tool.spec.background)
+    }
+
+    /// A control tool's answer for `principal` (arguments already checked
+    /// against its schema).
+    pub(crate) async fn agent_call(
+        &self,
+        name: &str,
+        arguments: &JsonObject,
+        principal: &Principal,
+    ) -> JsonObject {
+        let spec = specs()
+            .into_iter()
+            .find(|s| s.name == name)
+            .expect("a control tool");
+        if let Err(e) = spec.check_arguments(arguments) {
+            return refusal(format!("{e}"));
+        }
+        let task = arguments
+            .get("taskId")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Ok(id) = task.parse::<TaskId>() else {
+            return unknown(task);
+        };
+        match name {
+            STATUS => {
+                let cursor = arguments.get("cursor").and_then(Value::as_str);
+                self.agent_status(id, cursor, principal).await
+            }
+            WAIT => {
+                let secs = arguments
+                    .get("seconds")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(DEFAULT_WAIT_SECS)
+                    .clamp(1, MAX_WAIT_SECS);
+                self.agent_wait(id, Duration::from_secs(secs), principal).await
+            }
+            _ => self.agent_command(name, id, arguments, principal).await,
+        }
+    }
+
+    /// The snapshot of task `id` as `principal` may see it, once durable:
+    /// from this instance, or another cluster instance's through the
+    /// database. `None` for unknown and foreign ids alike.
+    async fn agent_snapshot(
+        &self,
+        id: TaskId,
+        principal: &Principal,
+    ) -> Result<Option<DetailedTask>, ErrorObject> {
+        let rt = &self.inner.runtime;
+        if let Some((snap, ticket)) = rt.get_owned(id, principal.name(), ClientView::PAUSE_AWARE) {
+            rt.durable(ticket).await.map_err(super::reply::store_error)?;
+            return Ok(Some(snap));
+        }
+        self.remote_get(id, principal.name(), ClientView::PAUSE_AWARE)
+            .await
+    }
+
+    /// The subtree of `top`: every task with its status, message and
+    /// children, and the snapshots read on the way (a tree another cluster
+    /// instance holds is read task by task from the database). `None`
+    /// when `principal` cannot see `top`.
+    async fn agent_tree(
+        &self,
+        top: TaskId,
+        principal: &Principal,
+    ) -> Result<Option<(HashMap<TaskId, Node>, HashMap<TaskId, DetailedTask>)>, ErrorObject> {
+        let rt = &self.inner.runtime;
+        let mut nodes = HashMap::new();
+        if let Some(tree) = rt.owned_tree(top, principal.name()) {
+            let rows = rt.tree_rows(&tree);
+            for row in &rows.rows {
+                nodes.insert(
+                    row.id,
+                    Node {
+                        id: row.id,
+                        parent: row.parent,
+                        status: row.status,
+                        message: row.message.clone(),
+                        children: Vec::new(),
+                    },
+                );
+            }
+            // Pre-order: a parent's children come in `childTaskIds` order.
+            for row in &rows.rows {
+                if let Some(p) = row.parent
+                    && let Some(parent) = nodes.get_mut(&p)
+                {
+                    parent.children.push(row.id);
+                }
+            }
+            rt.durable(rows.ticket).await.map_err(super::reply::store_error)?;
+            return Ok(nodes.contains_key(&top).then_some((nodes, HashMap::new())));
+        }
+        // Held by another cluster instance (or unknown): walk it.
+        let mut snaps = HashMap::new();
+        let mut queue = vec![top];
+        while let Some(id) = queue.pop() {
+            let Some(snap) = self
+                .remote_get(id, principal.name(), ClientView::PAUSE_AWARE)
+                .await?
+            else {
+                if id == top {
+                    return Ok(None);
+                }
+                continue;
+            };
+            let t = snap.task();
+            queue.extend(t.child_task_ids.iter().copied());
+            nodes.insert(
+                id,
+                Node {
+                    id,
+                    parent: t.parent_task_id,
+                    status: snap.status(),
+                    message: t.status_message.clone(),
+                    children: t.child_task_ids.clone(),
+                },
+            );
+            snaps.insert(id, snap);
+        }
+        Ok(Some((nodes, snaps)))
+    }
+
+    async fn agent_status(&self, id: TaskId, cursor: Option<&str>, principal: &Principal) -> JsonObject {
+        let offset = match cursor.map(decode_cursor) {
+            None => 0,
+            Some(Some((task, offset))) if task == id => offset,
+            Some(_) => {
+                return refusal(format!(
+                    "This cursor does not belong to task {id}: pass the cursor from the last task_status answer \
+                     about this task, or leave it out to start from the beginning."
+                ));
+            }
+        };
+        let (nodes, mut snaps) = match self.agent_tree(id, principal).await {
+            Ok(Some(tree)) => tree,
+            Ok(None) => return unknown(&id.to_string()),
+            Err(e) => return unavailable(&e),
+        };
+        let order = result_order(&nodes, id);
+        let total = order.len();
+        let mut counts: Vec<(TaskStatus, usize)> = TaskStatus::ALL.iter().map(|s| (*s, 0)).collect();
+        for (tid, _) in &order {
+            if let Some(c) = counts.iter_mut().find(|(s, _)| *s == nodes[tid].status) {
+                c.1 += 1;
+            }
+        }
+        let top = &nodes[&id];
+        let mut text = format!("Task {id} is {}", status_word(top.status));
+        if let Some(m) = &top.message {
+            let _ = write!(text, ": {}", excerpt(m, EXCERPT_CHARS));
+        }
+        let tally: Vec<String> = counts
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(s, n)| format!("{n} {}", s.as_str()))
+            .collect();
+        let _ = write!(
+            text,
+            ".\nIt has {total} task{} with its subtasks: {}.",
+            if total == 1 { "" } else { "s" },
+            tally.join(", ")
+        );
+        let rt = &self.inner.runtime;
+        let mut listed = String::new();
+        let mut entries = Vec::new();
+        let mut next = offset;
+        for (n, (tid, depth)) in order.iter().enumerate().skip(offset) {
+            if entries.len() == PAGE_TASKS || listed.len() >= PAGE_CHARS {
+                break;
+            }
+            let node = &nodes[tid];
+            let snap = match snaps.remove(tid) {
+                Some(s) => Some(s),
+                None => rt.get(*tid, ClientView::PAUSE_AWARE),
+            };
+            let (result, error) = snap.as_ref().map(outcome_of).unwrap_or_default();
+            let result = result.map(|r| excerpt(&r, EXCERPT_CHARS));
+            let error = error.map(|e| excerpt(&e, EXCERPT_CHARS));
+            let message = node.message.as_deref().map(|m| excerpt(m, EXCERPT_CHARS));
+            let mut line = format!(
+                "{}. {}[{}] {}{}",
+                n + 1,
+                "  ".repeat(*depth),
+                status_word(node.status),
+                node.id,
+                if node.id == id { " (this task)" } else { "" }
+            );
+            if let Some(r) = &result {
+                let _ = write!(line, "\n{}   result: {r}", "  ".repeat(*depth));
+            } else if let Some(e) = &error {
+                let _ = write!(line, "\n{}   error: {e}", "  ".repeat(*depth));
+            } else if let Some(m) = &message {
+                let _ = write!(line, "\n{}   {m}", "  ".repeat(*depth));
+            }
+            listed.push_str(&line);
+            listed.push('\n');
+            entries.push(json!({
+                "taskId": node.id,
+                "parentTaskId": node.parent,
+                "depth": depth,
+                "status": node.status.as_str(),
+                "statusMessage": message,
+                "result": result,
+                "error": error,
+            }));
+            next = n + 1;
+        }
+        if entries.is_empty() {
+            let _ = write!(text, "\nNothing more to list: the cursor is past the last task.");
+        } else {
+            let _ = write!(
+                text,
+                "\nTasks {}-{} of {total}, in the order the final answer puts them together (each subtask before \
+                 the task that waits for it):\n{listed}",
+                offset + 1,
+                next
+            );
+        }
+        let next_cursor = (next < total).then(|| encode_cursor(id, next));
+        match &next_cursor {
+            Some(c) => {
+                let _ = write!(
+                    text,
+                    "More tasks follow: call task_status with taskId \"{id}\" and cursor \"{c}\"."
+                );
+            }
+            None if top.status == TaskStatus::Paused => {
+                let _ = write!(
+                    text,
+                    "The task is paused, keeping its state: task_resume continues it, task_cancel ends it."
+                );
+            }
+            None if top.status.is_terminal() => {
+                let _ = write!(text, "The task has ended; task_wait returns its whole result.");
+            }
+            None => {
+                let _ = write!(
+                    text,
+                    "The task is still running: task_wait waits for its result; task_steer, task_pause and \
+                     task_cancel act on it or on any subtask listed here."
+                );
+            }
+        }
+        let counts: serde_json::Map<String, Value> = counts
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(s, n)| (s.as_str().to_owned(), json!(n)))
+            .collect();
+        answer(
+            text,
+            json!({
+                "taskId": id,
+                "status": top.status.as_str(),
+                "statusMessage": top.message,
+                "total": total,
+                "counts": counts,
+                "tasks": entries,
+                "nextCursor": next_cursor,
+            }),
+        )
+    }
+
+    /// Task `id` once it has ended, or as it is after `limit`; durable.
+    async fn agent_settled(
+        &self,
+        id: TaskId,
+        principal: &Principal,
+        limit: Duration,
+    ) -> Result<Option<DetailedTask>, ErrorObject> {
+        let Some(mut last) = self.agent_snapshot(id, principal).await? else {
+            return Ok(None);
+        };
+        if !last.status().is_terminal() {
+            let mut updates = self.follow(id, principal.name(), ClientView::PAUSE_AWARE);
+            let _ = tokio::time::timeout(limit, async {
+                while let Some(s) = updates.next().await {
+                    let done = s.status().is_terminal();
+                    last = s;
+                    if done {
+                        break;
+                    }
+                }
+            })
+            .await;
+            // What is shown is durable.
+            self.inner
+                .runtime
+                .flushed(id)
+                .await
+                .map_err(super::reply::store_error)?;
+        }
+        Ok(Some(last))
+    }
+
+    async fn agent_wait(&self, id: TaskId, limit: Duration, principal: &Principal) -> JsonObject {
+        let last = match self.agent_settled(id, principal, limit).await {
+            Ok(Some(s)) => s,
+            Ok(None) => return unknown(&id.to_string()),
+            Err(e) => return unavailable(&e),
+        };
+        let status = last.status();
+        let task = last.task();
+        let message = task.status_message.clone();
+        match last.payload() {
+            TaskPayload::Completed { result } => {
+                let body = result_text(result);
+                let text = format!(
+                    "Task {id} completed{}. Its result:\n{}",
+                    if result.get("isError") == Some(&Value::Bool(true)) {
+                        " (the tool reported an error)"
+                    } else {
+                        ""
+                    },
+                    excerpt(&body, RESULT_CHARS)
+                );
+                answer(
+                    text,
+                    json!({"taskId": id, "status": "completed", "result": result.to_value()}),
+                )
+            }
+            TaskPayload::Failed { error } => answer(
+                format!("Task {id} failed: {} (error {}).", error.message, error.code),
+                json!({"taskId": id, "status": "failed", "error": error}),
+            ),
+            TaskPayload::Cancelled => answer(
+                format!(
+                    "Task {id} was cancelled. The results of subtasks that had finished are listed by task_status."
+                ),
+                json!({"taskId": id, "status": "cancelled"}),
+            ),
+            _ => {
+                let mut text = format!(
+                    "Task {id} is still {} after {} s",
+                    status.as_str(),
+                    limit.as_secs()
+                );
+                if let Some(m) = &message {
+                    let _ = write!(text, ": {}", excerpt(m, EXCERPT_CHARS));
+                }
+                text.push_str(match status {
+                    TaskStatus::Paused => ". It is paused: task_resume continues it.",
+                    TaskStatus::InputRequired => {
+                        ". It waits for input that only a client with the tasks extension can give."
+                    }
+                    _ => ". Call task_wait again to keep waiting, or task_status for the partial results.",
+                });
+                answer(
+                    text,
+                    json!({"taskId": id, "status": status.as_str(), "statusMessage": message}),
+                )
+            }
+        }
+    }
+
+    /// steer, pause, resume or cancel, as the MCP method of that name sent
+    /// by `principal` (same checks, durability and cluster routing).
+    async fn agent_command(
+        &self,
+        name: &str,
+        id: TaskId,
+        arguments: &JsonObject,
+        principal: &Principal,
+    ) -> JsonObject {
+        if name == CANCEL {
+            match self.agent_snapshot(id, principal).await {
+                Ok(Some(snap)) if snap.status().is_terminal() => {
+                    let status = snap.status().as_str();
+                    return answer(
+                        format!("Task {id} had already ended ({status}); there is nothing to cancel."),
+                        json!({"taskId": id, "status": status, "statusMessage": snap.task().status_message}),
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => return unavailable(&e),
+            }
+        }
+        let method = match name {
+            STEER => "tasks/steer",
+            PAUSE => "tasks/pause",
+            RESUME => "tasks/resume",
+            _ => "tasks/cancel",
+        };
+        let mut params = json!({
+            "taskId": id,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
+                "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {"steer": true, "pause": true}}},
+            },
+        });
+        if let Some(m) = arguments.get("message") {
+            params["message"] = m.clone();
+        }
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+        let reply = Box::pin(self.handle(Incoming {
+            body: body.as_bytes(),
+            headers: None,
+            principal: principal.clone(),
+            connection: None,
+        }))
+        .await;
+        let Reply::Message { body, .. } = reply else {
+            return refusal(format!(
+                "{name}: the server gave no answer for task {id}; try again"
+            ));
+        };
+        let message: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        if let Some(e) = message.get("error") {
+            if e == &serde_json::to_value(ErrorObject::task_not_found()).unwrap_or_default() {
+                return unknown(&id.to_string());
+            }
+            let text = e.get("message").and_then(Value::as_str).unwrap_or("refused");
+            return refusal(format!("{name} was refused for task {id}: {text}"));
+        }
+        // steer and cancel answer with an ack, pause and resume with the
+        // task: what is shown is the task as it is now (after a cancel,
+        // once its subtree wound down, within a bound).
+        let task = &message["result"];
+        let mut status = task["status"].as_str().map(str::to_owned);
+        let mut note = task["statusMessage"].as_str().map(str::to_owned);
+        if status.is_none() {
+            let now = if name == CANCEL {
+                self.agent_settled(id, principal, CANCEL_WAIT).await
+            } else {
+                self.agent_snapshot(id, principal).await
+            };
+            if let Ok(Some(snap)) = now {
+                status = Some(snap.status().as_str().to_owned());
+                note = snap.task().status_message.clone();
+            }
+        }
+        let status = status.as_deref().unwrap_or("unknown");
+        let note = note.as_deref();
+        let text = match name {
+            STEER => format!(
+                "Your message was delivered to task {id} (now {status}). The task reads it at its next safe \
+                 point; call task_status to see what it changed."
+            ),
+            PAUSE if status == "paused" => format!(
+                "Task {id} is paused with its subtasks; nothing they did is lost. task_resume continues it."
+            ),
+            PAUSE => format!(
+                "Task {id} will pause at its next safe point ({}); its subtasks too. task_status shows `paused` \
+                 once they have; task_resume continues it.",
+                note.unwrap_or(status)
+            ),
+            RESUME => format!("Task {id} resumed ({status}); its subtasks too."),
+            _ if status == "cancelled" => format!(
+                "Task {id} is cancelled with its subtasks. Results of subtasks that had finished stay readable \
+                 with task_status."
+            ),
+            _ => format!(
+                "Task {id} is being cancelled ({status}); its subtasks end first. task_status shows `cancelled` \
+                 once it has."
+            ),
+        };
+        answer(
+            text,
+            json!({"taskId": id, "status": status, "statusMessage": note}),
+        )
+    }
+
+    /// The answer to a call started in the background for a client that
+    /// asked for no task: the task's id and how to follow it.
+    pub(crate) fn background_answer(&self, tool: &str, id: TaskId) -> JsonObject {
+        answer(
+            format!(
+                "Started {tool} as background task {id}; it keeps running after this answer. Call task_status \
+                 with taskId \"{id}\" to see its progress and partial results, task_wait to get its result when \
+                 it is done (up to 60 s per call), task_steer to redirect it, task_pause / task_resume to hold \
+                 it, or task_cancel to stop it."
+            ),
+            json!({"taskId": id, "status": "working", "tool": tool, "followWith": NAMES}),
+        )
+    }
+}
+
+fn unknown(task: &str) -> JsonObject {
+    refusal(format!(
+        "There is no task {task:?} that you can see. Use the taskId that the tool which started the task \
+         returned (or one listed by task_status)."
+    ))
+}
+
+fn unavailable(e: &ErrorObject) -> JsonObject {
+    refusal(format!(
+        "The task could not be read just now: {}. Try again shortly.",
+        e.message
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excerpts_say_what_was_left_out() {
+        assert_eq!(excerpt("short", 10), "short");
+        assert_eq!(excerpt("abcdef", 3), "abc… (3 more characters)");
+        assert_eq!(excerpt("ééé", 1), "é… (2 more characters)");
+    }
+
+    #[test]
+    fn cursors_round_trip_and_garbage_is_refused() {
+        let t = TaskId::random();
+        assert_eq!(decode_cursor(&encode_cursor(t, 25)), Some((t, 25)));
+        for bad in ["", "x", &URL_SAFE_NO_PAD.encode("task-status:1:2")] {
+            assert_eq!(decode_cursor(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn result_order_is_children_first_in_order() {
+        let ids: Vec<TaskId> = (0..5).map(|_| TaskId::random()).collect();
+        // 0 -> [1, 2], 1 -> [3, 4]
+        let node = |i: usize, parent: Option<usize>, children: &[usize]| Node {
+            id: ids[i],
+            parent: parent.map(|p| ids[p]),
+            status: TaskStatus::Working,
+            message: None,
+            children: children.iter().map(|c| ids[*c]).collect(),
+        };
+        let nodes: HashMap<TaskId, Node> = [
+            node(0, None, &[1, 2]),
+            node(1, Some(0), &[3, 4]),
+            node(2, Some(0), &[]),
+            node(3, Some(1), &[]),
+            node(4, Some(1), &[]),
+        ]
+        .into_iter()
+        .map(|n| (n.id, n))
+        .collect();
+        let order: Vec<usize> = result_order(&nodes, ids[0])
+            .iter()
+            .map(|(id, _)| ids.iter().position(|x| x == id).unwrap())
+            .collect();
+        assert_eq!(order, [3, 4, 1, 2, 0]);
+    }
+}
