@@ -46,7 +46,10 @@ mod scheduler;
 mod span;
 pub mod stats;
 mod tree;
+// The web view's reads; a tree's rows also serve the control tools
+// (`server`), the tree list only the web view.
 #[cfg(feature = "server")]
+#[cfg_attr(not(feature = "ui"), allow(dead_code))]
 pub(crate) mod view;
 
 use std::collections::VecDeque;

@@ -8,7 +8,9 @@
 use std::sync::Arc;
 
 use super::Runtime;
-use super::tree::{Owner, TreeCell};
+#[cfg(feature = "ui")]
+use super::tree::Owner;
+use super::tree::TreeCell;
 use crate::core::Forest;
 use crate::model::{TaskId, TaskStatus, Timestamp};
 use crate::store::Ticket;
@@ -128,6 +130,7 @@ impl Runtime {
     /// position `before` (all when `None`), that `keep` accepts; at most
     /// `scan` trees are looked at. Also returns the position to continue
     /// from (`None` when the list is exhausted).
+    #[cfg(feature = "ui")]
     pub(crate) fn recent_trees(
         &self,
         owner: &Owner,
