@@ -666,3 +666,76 @@ mod rmcp_stdio {
         client.cancel().await.expect("closes cleanly");
     }
 }
+
+#[tokio::test]
+async fn background_answers_and_control_tools_over_stdio() {
+    for version in ["2025-03-26", "2025-11-25"] {
+        let dir = TempDir::new("stdio-agents");
+        let mut s = Stdio_::spawn(Launch {
+            args: &["--memory", "--background"],
+            cwd: None,
+            env: &[],
+            stderr: &dir.0.join("stderr.log"),
+        });
+        s.initialize(version).await;
+        let tools = s.result("tools/list", json!({})).await;
+        assert!(
+            tools["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["name"] == "task_status"),
+            "{tools}"
+        );
+        // A long tree: the answer comes at once, with the task's id in its text.
+        let r = s
+            .result(
+                "tools/call",
+                fanout(json!({"width": 2, "depth": 1, "steps": 500, "stepMs": 20})),
+            )
+            .await;
+        let said = r["content"][0]["text"].as_str().unwrap().to_owned();
+        let id = said
+            .split_whitespace()
+            .find_map(|w| w.trim_end_matches(';').parse::<uuid::Uuid>().ok())
+            .unwrap_or_else(|| panic!("{version}: the answer names the task: {said}"))
+            .to_string();
+        assert_eq!(
+            r.get("structuredContent").is_some(),
+            version >= "2025-06-18",
+            "{r}"
+        );
+        let st = s
+            .result(
+                "tools/call",
+                json!({"name": "task_status", "arguments": {"taskId": id}}),
+            )
+            .await;
+        let st_text = st["content"][0]["text"].as_str().unwrap();
+        assert!(st_text.contains("3 tasks"), "{version}: {st_text}");
+        let c = s
+            .result(
+                "tools/call",
+                json!({"name": "task_cancel", "arguments": {"taskId": id}}),
+            )
+            .await;
+        assert!(
+            c["content"][0]["text"].as_str().unwrap().contains("cancelled"),
+            "{c}"
+        );
+        let w = s
+            .result(
+                "tools/call",
+                json!({"name": "task_wait", "arguments": {"taskId": id, "seconds": 5}}),
+            )
+            .await;
+        assert!(
+            w["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("was cancelled"),
+            "{w}"
+        );
+        assert!(s.close().await.success());
+    }
+}
