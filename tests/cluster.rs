@@ -359,6 +359,85 @@ async fn the_2025_wire_reaches_trees_held_elsewhere() {
     b.kill();
 }
 
+/// The control tools reach trees another instance holds: `task_status`
+/// (the tree read from the database, partial results in order),
+/// `task_steer`, `task_pause` / `task_resume` and `task_cancel` (commands
+/// through the holder), and a second principal sees nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_control_tools_reach_trees_held_elsewhere() {
+    let c = Cluster::new("cluster-agents").await;
+    let tokens = c.tokens();
+    let tokens = tokens.to_str().unwrap();
+    let a = c.start("a", &["--tokens", tokens, "--background"]).await;
+    let b = c.start("b", &["--tokens", tokens, "--agent-tools"]).await;
+    // A model's host on A, without the tasks extension: a background answer.
+    let on_a = Client::new(a.addr(), json!({})).with_token("ann-token");
+    let r = on_a
+        .call(
+            "tools/call",
+            json!({"name": "fanout", "arguments": {"width": 2, "depth": 1, "steps": 400, "stepMs": 10}}),
+        )
+        .await;
+    let id = r["structuredContent"]["taskId"].as_str().unwrap().to_owned();
+    let on_b = Client::new(b.addr(), json!({})).with_token("ann-token");
+    let tool = |c: &Client, name: &'static str, args: Value| {
+        let c = c.clone();
+        async move {
+            c.call("tools/call", json!({"name": name, "arguments": args}))
+                .await
+        }
+    };
+    // Through B: the tree of three, once A has made its children durable.
+    let deadline = Instant::now() + GUARD;
+    let status = loop {
+        let r = tool(&on_b, "task_status", json!({"taskId": id})).await;
+        if r["structuredContent"]["total"] == 3 {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "B never saw the tree: {r}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let order: Vec<&str> = status["structuredContent"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["taskId"].as_str().unwrap())
+        .collect();
+    assert_eq!(order.last(), Some(&id.as_str()), "the root comes last: {status}");
+    let r = tool(
+        &on_b,
+        "task_steer",
+        json!({"taskId": id, "message": "hello from B"}),
+    )
+    .await;
+    assert_eq!(r["isError"], false, "{r}");
+    let r = tool(&on_b, "task_pause", json!({"taskId": id})).await;
+    assert_eq!(r["isError"], false, "{r}");
+    let deadline = Instant::now() + GUARD;
+    loop {
+        let r = tool(&on_b, "task_status", json!({"taskId": id})).await;
+        if r["structuredContent"]["counts"]["paused"] == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the tree never paused: {r}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = tool(&on_b, "task_resume", json!({"taskId": id})).await;
+    assert_eq!(r["isError"], false, "{r}");
+    // Bob sees nothing, on either instance.
+    for addr in [a.addr(), b.addr()] {
+        let bob = Client::new(addr, json!({})).with_token("bob-token");
+        let r = tool(&bob, "task_status", json!({"taskId": id})).await;
+        assert_eq!(r["isError"], true, "{r}");
+    }
+    let r = tool(&on_b, "task_cancel", json!({"taskId": id})).await;
+    assert_eq!(r["isError"], false, "{r}");
+    let r = tool(&on_b, "task_wait", json!({"taskId": id, "seconds": 30})).await;
+    assert_eq!(r["structuredContent"]["status"], "cancelled", "{r}");
+    a.kill();
+    b.kill();
+}
+
 /// An in-process instance on `url` with a live-task limit per principal.
 async fn instance(url: &str, max_live: usize) -> (std::net::SocketAddr, subtask::server::Cluster) {
     use subtask::runtime::{Runtime, RuntimeConfig};
