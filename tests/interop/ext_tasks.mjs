@@ -1,10 +1,14 @@
 // Interop: @modelcontextprotocol/client 2.4.0 + @modelcontextprotocol/ext-tasks 0.2.2
 // against `subtask serve`, on the 2026-07-28 wire (server/discover, per-request
-// _meta, tasks extension `io.modelcontextprotocol/tasks`).
+// _meta, tasks extension `io.modelcontextprotocol/tasks`), over the transport
+// SUBTASK_TRANSPORT names (lib.mjs): Streamable HTTP, or stdio with the client
+// package's StdioClientTransport (`@modelcontextprotocol/client/stdio`)
+// spawning `subtask serve --stdio --memory`, as a desktop host does.
 //
 // Public API used:
 //   client:    new Client(info, {capabilities, versionNegotiation: {mode: "auto"}}),
-//              client.connect(new StreamableHTTPClientTransport(url, {fetch})),
+//              client.connect(new StreamableHTTPClientTransport(url, {fetch})) or
+//              client.connect(new StdioClientTransport({command, args, stderr})),
 //              client.getProtocolEra(), client.getNegotiatedProtocolVersion(),
 //              client.getServerCapabilities(), client.callTool(), client.close();
 //              StreamableHTTPClientTransport start()/send()/onmessage/close() for the
@@ -27,7 +31,11 @@
 // (method, params, _meta framing, Mcp-Name header); the coordinator adds the
 // JSON-RPC id, sends it with the client package's own
 // StreamableHTTPClientTransport, and hands the matching response back
-// unparsed. It never builds or edits a request or a result.
+// unparsed. It never builds or edits a request or a result. Over stdio a host
+// has one connection to its server process, so the coordinator sends on the
+// Client's own transport: it takes the responses to its ids (`host-N`,
+// strings; the Client's are numbers) and passes every other message to the
+// Client unchanged.
 //
 // Known client limitation (checked, not worked around): ext-tasks decodes
 // tasks/get with GetTaskResultV2Schema = z.intersection(DetailedTaskV2Schema,
@@ -42,9 +50,11 @@
 // the server did not send them, or if a client release starts passing it.
 
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
+import { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
 import { createTaskSessionFromClient, DispatchError } from "@modelcontextprotocol/ext-tasks/client";
 import {
   SERVER_URL,
+  TRANSPORT,
   CheckFailure,
   ClientLimitation,
   assert,
@@ -55,10 +65,13 @@ import {
   failAll,
   finish,
   observingFetch,
+  sdkTransport,
   trace,
   waitFor,
   wireResponses,
 } from "./lib.mjs";
+
+const SDK = { StdioClientTransport, StreamableHTTPClientTransport };
 
 const CLIENT_INFO = { name: "subtask-interop-ext-tasks", version: "0.2.2" };
 // A host that can answer form elicitations (the input-round check).
@@ -78,30 +91,67 @@ const CHECKS = [
 
 /** The host-owned request coordinator ext-tasks requires for V2 task traffic. */
 class HostRequestCoordinator {
-  constructor(url) {
-    this.transport = new StreamableHTTPClientTransport(new URL(url), { fetch: observingFetch("ext-tasks/raw") });
+  constructor(transport, { shared, label }) {
+    this.transport = transport;
+    this.shared = shared;
+    this.label = label;
     this.pending = new Map();
     this.nextId = 1;
-    this.transport.onmessage = (msg) => {
-      if (msg && "id" in msg && !("method" in msg)) {
-        const settle = this.pending.get(msg.id);
-        if (settle) {
-          this.pending.delete(msg.id);
-          settle(msg);
+  }
+
+  /** Over HTTP: a transport of its own (the server is stateless per request). */
+  static overHttp(url) {
+    const label = "ext-tasks/raw";
+    const transport = new StreamableHTTPClientTransport(new URL(url), { fetch: observingFetch(label) });
+    const coordinator = new HostRequestCoordinator(transport, { shared: false, label });
+    transport.onmessage = coordinator.route(undefined);
+    transport.onerror = (e) => trace(`[${label}] transport error: ${errorText(e)}`);
+    return coordinator;
+  }
+
+  /**
+   * Over stdio: the Client's transport, shared. Returns the coordinator and the
+   * transport to connect the Client with, on which the coordinator's responses
+   * are taken first and every other message goes to the Client as it came.
+   */
+  static sharing(transport, label) {
+    const coordinator = new HostRequestCoordinator(transport, { shared: true, label });
+    const forClient = new Proxy(transport, {
+      get(target, prop) {
+        const value = Reflect.get(target, prop, target);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+      set(target, prop, value) {
+        if (prop === "onmessage") {
+          target.onmessage = typeof value === "function" ? coordinator.route(value) : value;
+          return true;
         }
-      } else {
-        trace(`[ext-tasks/raw] unsolicited message ignored: ${describe(msg)}`);
+        return Reflect.set(target, prop, value, target);
+      },
+    });
+    return { coordinator, transport: forClient };
+  }
+
+  /** An onmessage handler: responses to the coordinator's ids settle them; the rest go to `next`. */
+  route(next) {
+    return (msg, extra) => {
+      if (msg && "id" in msg && !("method" in msg) && this.pending.has(msg.id)) {
+        const settle = this.pending.get(msg.id);
+        this.pending.delete(msg.id);
+        settle(msg);
+        return;
       }
+      if (next) return next(msg, extra);
+      trace(`[${this.label}] unsolicited message ignored: ${describe(msg)}`);
     };
-    this.transport.onerror = (e) => trace(`[ext-tasks/raw] transport error: ${errorText(e)}`);
   }
 
   start() {
-    return this.transport.start();
+    return this.shared ? Promise.resolve() : this.transport.start();
   }
 
   close() {
-    return this.transport.close();
+    return this.shared ? Promise.resolve() : this.transport.close();
   }
 
   dispatch = async (request, options = {}) => {
@@ -133,12 +183,12 @@ class HostRequestCoordinator {
   };
 }
 
-async function connect(label) {
+async function connect(transport) {
   const client = new Client(CLIENT_INFO, {
     capabilities: CLIENT_CAPABILITIES,
     versionNegotiation: { mode: "auto" },
   });
-  await client.connect(new StreamableHTTPClientTransport(new URL(SERVER_URL), { fetch: observingFetch(label) }));
+  await client.connect(transport);
   return client;
 }
 
@@ -152,8 +202,8 @@ function subtaskField(view, key) {
 }
 
 /** What the server actually sent for tasks/get of `taskId` (observed on the wire, for diagnosis only). */
-function wireTaskGet(taskId) {
-  return wireResponses("tasks/get", "ext-tasks/raw")
+function wireTaskGet(taskId, label) {
+  return wireResponses("tasks/get", label)
     .map((r) => r.result)
     .filter((r) => r?.taskId === taskId)
     .at(-1);
@@ -164,7 +214,7 @@ async function main() {
   // A plain client, no tasks session: its per-request capabilities do not carry
   // the tasks extension, so the server must answer synchronously.
   await check("sync-call", async () => {
-    const plain = await connect("ext-tasks/plain");
+    const plain = await connect(sdkTransport(SDK, "ext-tasks/plain"));
     try {
       assert(plain.getProtocolEra() === "modern", `negotiated era ${plain.getProtocolEra()}, expected modern (2026-07-28)`);
       const result = await plain.callTool({ name: "fanout", arguments: { width: 0, depth: 0, steps: 1, stepMs: 1 } });
@@ -182,15 +232,17 @@ async function main() {
   const inputCalls = [];
   const backgroundErrors = [];
   try {
-    client = await connect("ext-tasks");
+    let transport = sdkTransport(SDK, "ext-tasks");
+    if (TRANSPORT === "stdio") ({ coordinator, transport } = HostRequestCoordinator.sharing(transport, "ext-tasks"));
+    else coordinator = HostRequestCoordinator.overHttp(SERVER_URL);
+    client = await connect(transport);
     const era = client.getProtocolEra();
     const version = client.getNegotiatedProtocolVersion();
     const ext = client.getServerCapabilities()?.extensions?.[TASKS_EXT];
     trace(`negotiated era=${era} version=${version} tasks extension settings=${describe(ext)}`);
-    coordinator = new HostRequestCoordinator(SERVER_URL);
     await coordinator.start();
     session = createTaskSessionFromClient(client, {
-      endpointId: `subtask-interop:${SERVER_URL}`,
+      endpointId: `subtask-interop:${TRANSPORT === "stdio" ? "stdio" : SERVER_URL}`,
       rawDispatch: coordinator.dispatch,
       v2RequestFraming: { protocolVersion: version, clientInfo: CLIENT_INFO, clientCapabilities: CLIENT_CAPABILITIES },
       onInputRequest: async (request, context) => {
@@ -251,7 +303,7 @@ async function main() {
     const rootView = await session.task(root.taskId).snapshot();
     const childIds = subtaskField(rootView, "childTaskIds");
     if (!Array.isArray(childIds)) {
-      const onWire = wireTaskGet(root.taskId);
+      const onWire = wireTaskGet(root.taskId, coordinator.label);
       const wireIds = onWire?.childTaskIds;
       if (!Array.isArray(wireIds) || wireIds.length !== 2) {
         throw new CheckFailure(`SERVER: its tasks/get response did not carry 2 childTaskIds: ${describe(onWire)}`);
@@ -260,7 +312,7 @@ async function main() {
       for (const childId of wireIds) {
         const view = await session.task(childId).snapshot();
         assert(view.status === "completed", `child ${childId} status ${view.status}, expected completed`);
-        const childOnWire = wireTaskGet(childId);
+        const childOnWire = wireTaskGet(childId, coordinator.label);
         assert(
           childOnWire?.parentTaskId === root.taskId,
           `SERVER: tasks/get ${childId} carried parentTaskId ${describe(childOnWire?.parentTaskId)}, expected ${root.taskId}`,

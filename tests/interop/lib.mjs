@@ -1,4 +1,4 @@
-// Shared helpers for the interop clients (ext_tasks.mjs, sdk1.mjs).
+// Shared helpers for the Node interop clients (ext_tasks.mjs, sdk1.mjs, sdk_old.mjs, inspector.mjs).
 //
 // Output contract (read by scripts/interop.sh): one line per check on stdout,
 // `ok <check>`, `FAIL <check>: <reason>`, or `xfail <check>: <reason>` for a
@@ -6,18 +6,62 @@
 // checkKnownLimitation); the process exits non-zero when a check failed. Trace lines (INTEROP_TRACE=1) start with `trace ` and are
 // ignored by the runner's counting.
 //
+// Transports (chosen by scripts/interop.sh): SUBTASK_TRANSPORT=http (default)
+// talks to the server at SUBTASK_URL; SUBTASK_TRANSPORT=stdio makes the client
+// spawn `$SUBTASK_BIN serve --stdio --memory` itself, the way a desktop host
+// does, with the server's stderr appended to SUBTASK_SERVER_LOG.
+//
 // Nothing here talks to the server by itself: `observingFetch` wraps the global
-// fetch that a client's transport is given through its public `fetch` option.
-// It only reads copies of what passes through (request body, response body as
-// it streams) and hands the transport the same bytes, status and headers.
+// fetch that a client's transport is given through its public `fetch` option;
+// `observeTransport` wraps a transport object's public `send` and `onmessage`
+// (the Transport interface every SDK client drives). Both only read copies of
+// what passes through and hand on the same messages, unchanged.
 
+import { openSync } from "node:fs";
+
+export const TRANSPORT = process.env.SUBTASK_TRANSPORT ?? "http";
 export const SERVER_URL = process.env.SUBTASK_URL;
+export const SERVER_BIN = process.env.SUBTASK_BIN;
+export const SERVER_LOG = process.env.SUBTASK_SERVER_LOG;
 export const TRACE = process.env.INTEROP_TRACE === "1";
 const CHECK_TIMEOUT_MS = Number(process.env.INTEROP_CHECK_TIMEOUT_MS ?? 30000);
 
-if (!SERVER_URL) {
+if (TRANSPORT !== "http" && TRANSPORT !== "stdio") {
+  console.log(`FAIL setup: SUBTASK_TRANSPORT is ${JSON.stringify(TRANSPORT)}, expected http or stdio`);
+  process.exit(2);
+}
+if (TRANSPORT === "http" && !SERVER_URL) {
   console.log("FAIL setup: SUBTASK_URL is not set (run through scripts/interop.sh)");
   process.exit(2);
+}
+if (TRANSPORT === "stdio" && !SERVER_BIN) {
+  console.log("FAIL setup: SUBTASK_BIN is not set (run through scripts/interop.sh)");
+  process.exit(2);
+}
+
+/** The server command a stdio client spawns, as a host's config names it. */
+export const SERVER_COMMAND = { command: SERVER_BIN, args: ["serve", "--stdio", "--memory"] };
+
+/** Where a spawned server's stderr goes: appended to SUBTASK_SERVER_LOG, else the client's stderr. */
+export function serverStderr() {
+  return SERVER_LOG ? openSync(SERVER_LOG, "a") : "inherit";
+}
+
+/**
+ * The transport a client connects with on this run: the SDK's own stdio
+ * transport spawning the server (observed through observeTransport) or its
+ * Streamable HTTP transport with observingFetch. `sdk` holds the two classes
+ * of the SDK under test; `httpOptions` are extra options of the HTTP one.
+ */
+export function sdkTransport(sdk, label, { httpFetchOption = true } = {}) {
+  if (TRANSPORT === "stdio") {
+    return observeTransport(new sdk.StdioClientTransport({ ...SERVER_COMMAND, stderr: serverStderr() }), label);
+  }
+  if (!httpFetchOption) {
+    // A transport without a `fetch` option (older SDKs): observed at the message level.
+    return observeTransport(new sdk.StreamableHTTPClientTransport(new URL(SERVER_URL)), label);
+  }
+  return new sdk.StreamableHTTPClientTransport(new URL(SERVER_URL), { fetch: observingFetch(label) });
 }
 
 export function trace(...parts) {
@@ -50,6 +94,48 @@ export function wireResponses(method, label) {
     .filter((w) => w.dir === "received" && w.msg && "id" in w.msg && !("method" in w.msg))
     .filter((w) => ids.has(`${w.label}:${JSON.stringify(w.msg.id)}`))
     .map((w) => w.msg);
+}
+
+/**
+ * Observes a transport through its public Transport interface: every message
+ * the client `send`s and every message the transport hands to `onmessage` is
+ * recorded in `wire` (and traced), then passed on unchanged. Other members
+ * (start, close, sessionId, setProtocolVersion, stderr, ...) are the
+ * transport's own. Returns a proxy to connect the client with.
+ */
+export function observeTransport(transport, label) {
+  let installed;
+  return new Proxy(transport, {
+    get(target, prop) {
+      if (prop === "send") {
+        return (message, options) => {
+          const text = JSON.stringify(message);
+          trace(`[${label}] >>> ${text}`);
+          recordWire("sent", label, text);
+          return target.send(message, options);
+        };
+      }
+      if (prop === "onmessage") return installed;
+      const value = Reflect.get(target, prop, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+    set(target, prop, value) {
+      if (prop === "onmessage") {
+        installed = value;
+        target.onmessage =
+          typeof value === "function"
+            ? (message, extra) => {
+                const text = JSON.stringify(message);
+                trace(`[${label}] <<< ${text}`);
+                recordWire("received", label, text);
+                return value(message, extra);
+              }
+            : value;
+        return true;
+      }
+      return Reflect.set(target, prop, value, target);
+    },
+  });
 }
 
 const SHOWN_HEADERS = [

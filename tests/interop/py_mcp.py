@@ -1,13 +1,35 @@
 #!/usr/bin/env python3
 """Interop client: drives `subtask serve` through the released Python MCP SDK.
 
-Runs against the server at env `SUBTASK_URL` (e.g. http://127.0.0.1:PORT/mcp)
-with `mcp==2.3.0` (see requirements.txt), speaking protocol 2026-07-28 over
-Streamable HTTP. Prints one line per check, `ok <check>` or
-`FAIL <check>: <reason>`, and exits non-zero if any check failed. With
-`INTEROP_TRACE=1` every JSON message sent and received is printed as well
-(`trace -> ...` / `trace <- ...`), taken from httpx event hooks on the HTTP
-client handed to the SDK's transport: they only observe.
+    py_mcp.py [--mode auto|legacy]
+
+With `mcp==2.3.0` (see requirements.txt), in the SDK's `Client(mode=...)`:
+`auto` (the SDK's default) probes `server/discover` and speaks protocol
+2026-07-28; `legacy` forces the `initialize` handshake (2025-11-25). The
+transport is env `SUBTASK_TRANSPORT`: `http` (default) talks to the server at
+env `SUBTASK_URL` (e.g. http://127.0.0.1:PORT/mcp) over Streamable HTTP;
+`stdio` makes the SDK spawn `$SUBTASK_BIN serve --stdio --memory` itself
+(`StdioServerParameters` + `stdio_client`, the server's stderr appended to env
+`SUBTASK_SERVER_LOG`), the way a desktop host does. Prints one line per check,
+`ok <check>` or `FAIL <check>: <reason>`, and exits non-zero if any check
+failed. With `INTEROP_TRACE=1` over HTTP every JSON message sent and received
+is printed as well (`trace -> ...` / `trace <- ...`), taken from httpx event
+hooks on the HTTP client handed to the SDK's transport: they only observe.
+
+The task checks share one client (one server process over stdio, where a
+server's in-memory tasks live as long as its connection); the plain checks
+each open their own.
+
+`legacy` mode runs the checks this SDK can do on the 2025-11-25 wire
+(negotiated version, sync call, bad arguments, a plain call's task in
+`tasks/list`): mcp 2.3.0 cannot start a task there. Its method tables leave
+`tasks/*` out of 2025-11-25 on purpose ("tasks/* deliberately absent",
+mcp_types/methods.py), `ClientSession.call_tool` takes no `task` parameter,
+and `send_request` validates a 2025-11-25 `tools/call` result as a
+`CallToolResult`, so a task-augmented call's `CreateTaskResult` fails with
+"content: Field required" (the server did create the task). It keeps the
+2025-11-25 request and result models (`ListTasksRequest`, ...), which
+`ClientSession.send_request` sends.
 
 The SDK has no tasks API. The tasks extension (`io.modelcontextprotocol/tasks`)
 is taught to it the way the SDK intends users to do it, through its public
@@ -28,17 +50,19 @@ bug of it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
-import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 import anyio
 import httpx2
 from mcp.client import ClaimContext, Client, ClientExtension, ClientRequestContext, ClientSession, ResultClaim
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -52,6 +76,9 @@ from mcp_types import (
     InputRequest,
     InputRequests,
     InputResponses,
+    ListTasksRequest,
+    ListTasksResult,
+    PaginatedRequestParams,
     Request,
     RequestParams,
     Result,
@@ -59,7 +86,22 @@ from mcp_types import (
 from mcp_types import methods as mcp_methods
 from pydantic import ValidationError, model_validator
 
+from pycheck import (
+    STDIO_ARGS,
+    TRACE,
+    CheckFailed,
+    brief,
+    SetupError,
+    Target,
+    expect,
+    reason,
+    run_checks,
+    say,
+    target_from_env,
+)
+
 WIRE_VERSION = "2026-07-28"
+LEGACY_VERSION = "2025-11-25"  # what mode="legacy" negotiates with a 2025-11-25 server
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TOOL = "fanout"
 
@@ -67,8 +109,6 @@ POLL_CAP_MS = 200  # honour pollIntervalMs, but never wait longer than this betw
 POLL_FLOOR_MS = 10  # and never spin
 REQUEST_TIMEOUT_S = 5.0  # per JSON-RPC request
 TOTAL_BUDGET_S = 57.0  # the whole script
-
-TRACE = os.environ.get("INTEROP_TRACE") == "1"
 
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
@@ -268,10 +308,6 @@ class TasksExtension(ClientExtension):
 # ----- tracing (observe only) ----------------------------------------------------------
 
 
-def _say(line: str) -> None:
-    print(line, flush=True)
-
-
 def _trace_hooks() -> dict[str, list[Callable[[Any], Awaitable[None]]]]:
     async def on_request(request: httpx2.Request) -> None:
         body = (await request.aread()).decode("utf-8", "replace")
@@ -280,18 +316,18 @@ def _trace_hooks() -> dict[str, list[Callable[[Any], Awaitable[None]]]]:
             for h in ("mcp-protocol-version", "mcp-method", "mcp-name")
             if h in request.headers
         )
-        _say(f"trace -> {request.method} {heads} {body}".rstrip())
+        say(f"trace -> {request.method} {heads} {body}".rstrip())
 
     async def on_response(response: httpx2.Response) -> None:
         ctype = response.headers.get("content-type", "")
         if ctype.startswith("application/json"):
             # Reading caches the body on the response; the SDK's own read gets the same bytes.
             body = (await response.aread()).decode("utf-8", "replace")
-            _say(f"trace <- HTTP {response.status_code} {body}")
+            say(f"trace <- HTTP {response.status_code} {body}")
         elif ctype.startswith("text/event-stream"):
-            _say(f"trace <- HTTP {response.status_code} (SSE stream; events not shown)")
+            say(f"trace <- HTTP {response.status_code} (SSE stream; events not shown)")
         else:
-            _say(f"trace <- HTTP {response.status_code} content-type={ctype!r} (no JSON body)")
+            say(f"trace <- HTTP {response.status_code} content-type={ctype!r} (no JSON body)")
 
     return {"request": [on_request], "response": [on_response]}
 
@@ -299,35 +335,58 @@ def _trace_hooks() -> dict[str, list[Callable[[Any], Awaitable[None]]]]:
 # ----- checks ---------------------------------------------------------------------------
 
 
-class CheckFailed(Exception):
-    pass
-
-
-def expect(condition: bool, reason: str) -> None:
-    if not condition:
-        raise CheckFailed(reason)
-
-
 @dataclass
 class Env:
-    url: str
-    http: httpx2.AsyncClient
+    mode: Literal["auto", "legacy"]
+    target: Target
+    http: httpx2.AsyncClient | None = None
+    server_log: TextIO | None = None
     root_task: GetTaskResult | None = None
     elicitations: list[ElicitRequestParams] = field(default_factory=list)
+    shared_tasks_client: Client | None = None
 
-    def client(self, *, tasks: bool) -> Client:
+    def connection(self) -> Any:
+        """The SDK transport for one connection (over stdio: one server process)."""
+        if self.target.transport == "stdio":
+            assert self.target.server_bin is not None
+            server = StdioServerParameters(command=self.target.server_bin, args=STDIO_ARGS)
+            return stdio_client(server, errlog=self.server_log or sys.stderr)
+        assert self.target.url is not None and self.http is not None
+        return streamable_http_client(self.target.url, http_client=self.http)
+
+    def new_client(self, *, tasks: bool) -> Client:
         async def confirm(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
             self.elicitations.append(params)
             return ElicitResult(action="accept", content={"confirm": True})
 
         return Client(
-            streamable_http_client(self.url, http_client=self.http),
-            mode="auto",
+            self.connection(),
+            mode=self.mode,
             read_timeout_seconds=REQUEST_TIMEOUT_S,
             client_info=Implementation(name="subtask-interop-python", version=f"mcp-{_sdk_version()}"),
             extensions=[TasksExtension()] if tasks else None,
             elicitation_callback=confirm if tasks else None,
         )
+
+    @asynccontextmanager
+    async def client(self, *, tasks: bool) -> AsyncIterator[Client]:
+        """A plain client of its own, or the task checks' shared client (opened by `run`)."""
+        if tasks:
+            if self.shared_tasks_client is None:
+                raise CheckFailed("the shared client of the task checks could not connect (see setup)")
+            yield self.shared_tasks_client
+            return
+        async with self.new_client(tasks=False) as client:
+            yield client
+
+    def expect_era(self, client: Client) -> None:
+        if self.mode == "legacy":
+            expect(
+                client.protocol_version == LEGACY_VERSION,
+                f"negotiated protocol version {client.protocol_version!r}, expected {LEGACY_VERSION!r} via initialize",
+            )
+        else:
+            expect_modern(client)
 
 
 def _sdk_version() -> str:
@@ -362,7 +421,7 @@ async def start_task(client: Client, arguments: dict[str, Any]) -> CreateTaskRes
 
 async def check_sync_call(env: Env) -> None:
     async with env.client(tasks=False) as client:
-        expect_modern(client)
+        env.expect_era(client)
         result = await client.call_tool(TOOL, {"width": 0, "depth": 0, "steps": 1, "stepMs": 1})
         expect(isinstance(result, CallToolResult), f"got {type(result).__name__}")
         expect(not result.is_error, f"isError result: {result.content}")
@@ -388,7 +447,7 @@ async def check_task_completes(env: Env) -> None:
             try:
                 result = completed_result(task)
             except ValidationError as e:
-                problems.append(f"inlined result is not a 2026-07-28 CallToolResult: {_brief(e)}")
+                problems.append(f"inlined result is not a 2026-07-28 CallToolResult: {brief(e)}")
             else:
                 expect(not result.is_error, f"isError result: {result.content}")
                 nodes = structured(result).get("nodes")
@@ -422,9 +481,9 @@ async def check_subtasks_followed(env: Env) -> None:
     try:
         paths = [structured(completed_result(t)).get("path") for t in ordered]
     except ValidationError as e:
-        raise CheckFailed(f"a subtask's inlined result is not a 2026-07-28 CallToolResult: {_brief(e)}") from e
+        raise CheckFailed(f"a subtask's inlined result is not a 2026-07-28 CallToolResult: {brief(e)}") from e
     if TRACE:
-        _say(f"trace subtasks in SEP-2268 order: {[(t.task_id, p) for t, p in zip(ordered, paths)]}")
+        say(f"trace subtasks in SEP-2268 order: {[(t.task_id, p) for t, p in zip(ordered, paths)]}")
     expect(paths == ["0.0", "0.1", "0"], f"results in SEP-2268 order have paths {paths}, expected ['0.0', '0.1', '0']")
 
 
@@ -480,13 +539,13 @@ async def check_input_round(env: Env) -> None:
         try:
             result = completed_result(final)
         except ValidationError as e:
-            raise CheckFailed(f"inlined result is not a 2026-07-28 CallToolResult: {_brief(e)}") from e
+            raise CheckFailed(f"inlined result is not a 2026-07-28 CallToolResult: {brief(e)}") from e
         expect(not result.is_error, f"isError result: {result.content}")
 
 
 async def check_bad_arguments(env: Env) -> None:
     async with env.client(tasks=False) as client:
-        expect_modern(client)
+        env.expect_era(client)
         try:
             result = await client.call_tool(TOOL, {"width": 999})
         except MCPError as e:
@@ -494,6 +553,16 @@ async def check_bad_arguments(env: Env) -> None:
                 f"JSON-RPC error {e.code} ({e.message}) instead of a tool result with isError: true"
             ) from e
         expect(result.is_error is True, f"isError is {result.is_error}, content {result.content}")
+
+
+async def check_negotiated_version(env: Env) -> None:
+    async with env.client(tasks=False) as client:
+        env.expect_era(client)
+        info = client.server_info
+        expect(info is not None and info.name == "subtask", f"serverInfo {info!r}, expected name 'subtask'")
+        tools = await client.list_tools()
+        names = sorted(t.name for t in tools.tools)
+        expect(TOOL in names, f"tools/list has {names}, expected {TOOL}")
 
 
 CHECKS: list[tuple[str, Callable[[Env], Awaitable[None]], float]] = [
@@ -507,73 +576,83 @@ CHECKS: list[tuple[str, Callable[[Env], Awaitable[None]], float]] = [
 ]
 
 
+async def check_plain_call_listed(env: Env) -> None:
+    """2025-11-25: a plain tools/call of a task tool runs as a task the caller can list.
+
+    The SDK cannot start a task (see the top) but has the request and result
+    types of `tasks/list` (mcp_types `ListTasksRequest` / `ListTasksResult`),
+    sent with the public `ClientSession.send_request`.
+    """
+    async with env.client(tasks=False) as client:
+        env.expect_era(client)
+
+        async def listed() -> list[Any]:
+            tasks: list[Any] = []
+            cursor: str | None = None
+            for _ in range(100):
+                params = PaginatedRequestParams(cursor=cursor) if cursor else None
+                page = await client.session.send_request(ListTasksRequest(params=params), ListTasksResult)
+                tasks.extend(page.tasks)
+                cursor = page.next_cursor
+                if not cursor:
+                    return tasks
+            raise CheckFailed("tasks/list did not end within 100 pages")
+
+        before = {t.task_id for t in await listed()}
+        result = await client.call_tool(TOOL, {"width": 0, "depth": 0, "steps": 1, "stepMs": 1})
+        expect(not result.is_error, f"isError result: {result.content}")
+        new = [t for t in await listed() if t.task_id not in before]
+        expect(len(new) == 1, f"tasks/list shows {len(new)} new tasks after one plain call, expected 1: {new}")
+        expect(new[0].status == "completed", f"the plain call's task is {new[0].status}, expected completed")
+
+
+# mode="legacy": the SDK cannot start a task on the 2025-11-25 wire (see the top).
+LEGACY_CHECKS: list[tuple[str, Callable[[Env], Awaitable[None]], float]] = [
+    ("negotiated-version", check_negotiated_version, 7),
+    ("sync-call", check_sync_call, 7),
+    ("bad-arguments", check_bad_arguments, 7),
+    ("plain-call-listed", check_plain_call_listed, 7),
+]
+
+
 # ----- runner ---------------------------------------------------------------------------
 
 
-def _brief(e: BaseException) -> str:
-    if isinstance(e, ValidationError):
-        return "; ".join(f"{'.'.join(map(str, err['loc'])) or '<root>'}: {err['msg']}" for err in e.errors())
-    text = str(e).strip().replace("\n", " ")
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
-
-
-def _leaves(e: BaseException) -> list[BaseException]:
-    if isinstance(e, BaseExceptionGroup):
-        return [leaf for sub in e.exceptions for leaf in _leaves(sub)]
-    return [e]
-
-
-def _reason(e: BaseException) -> str:
-    leaves = _leaves(e)
-    for leaf in leaves:
-        if isinstance(leaf, CheckFailed):
-            return str(leaf)
-    parts = []
-    for leaf in leaves:
-        if isinstance(leaf, MCPError):
-            parts.append(f"JSON-RPC error {leaf.code}: {leaf.message}")
-        else:
-            parts.append(_brief(leaf))
-    return " | ".join(parts)
-
-
-async def run(url: str) -> bool:
+async def run(env: Env) -> bool:
     all_ok = True
-    deadline = time.monotonic() + TOTAL_BUDGET_S
-    async with httpx2.AsyncClient(
-        timeout=httpx2.Timeout(REQUEST_TIMEOUT_S), event_hooks=_trace_hooks() if TRACE else None
-    ) as http:
-        env = Env(url=url, http=http)
-        for name, check, limit in CHECKS:
-            budget = min(limit, deadline - time.monotonic())
-            if budget <= 0:
-                _say(f"FAIL {name}: not run (script time budget of {TOTAL_BUDGET_S:.0f} s used up)")
-                all_ok = False
-                continue
-            if TRACE:
-                _say(f"trace === {name}")
+    async with AsyncExitStack() as stack:
+        if env.target.transport == "http":
+            env.http = await stack.enter_async_context(
+                httpx2.AsyncClient(
+                    timeout=httpx2.Timeout(REQUEST_TIMEOUT_S), event_hooks=_trace_hooks() if TRACE else None
+                )
+            )
+        else:
+            env.server_log = stack.enter_context(
+                open(env.target.server_log, "a", encoding="utf-8") if env.target.server_log else open(os.devnull, "w")
+            )
+        if env.mode == "auto":
+            # Entered here, outside the per-check time limits (a cancel scope must not end
+            # inside the client's task group); its requests have their own timeouts.
             try:
-                with anyio.fail_after(budget):
-                    await check(env)
-            except TimeoutError:
-                _say(f"FAIL {name}: timed out after {budget:.1f} s")
+                env.shared_tasks_client = await stack.enter_async_context(env.new_client(tasks=True))
+            except Exception as e:  # noqa: BLE001 - reported by every task check too
+                say(f"FAIL setup: the task checks' client did not connect: {reason(e)}")
                 all_ok = False
-            except BaseException as e:  # noqa: BLE001 - every failure becomes a FAIL line
-                if isinstance(e, KeyboardInterrupt | SystemExit):
-                    raise
-                _say(f"FAIL {name}: {_reason(e)}")
-                all_ok = False
-            else:
-                _say(f"ok {name}")
-    return all_ok
+        checks = LEGACY_CHECKS if env.mode == "legacy" else CHECKS
+        return await run_checks(checks, env, TOTAL_BUDGET_S) and all_ok
 
 
 def main() -> int:
-    url = os.environ.get("SUBTASK_URL")
-    if not url:
-        _say("FAIL setup: SUBTASK_URL is not set (e.g. http://127.0.0.1:PORT/mcp)")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=["auto", "legacy"], default="auto", help="Client(mode=...)")
+    args = parser.parse_args()
+    try:
+        target = target_from_env()
+    except SetupError as e:
+        say(f"FAIL setup: {e}")
         return 2
-    return 0 if anyio.run(run, url) else 1
+    return 0 if anyio.run(run, Env(mode=args.mode, target=target)) else 1
 
 
 if __name__ == "__main__":

@@ -1,9 +1,14 @@
 // Interop: @modelcontextprotocol/sdk 1.32.2 against `subtask serve`, on the
-// 2025-11-25 wire (legacy `initialize`, tasks utility of 2025-11-25).
+// 2025-11-25 wire (legacy `initialize`, tasks utility of 2025-11-25), over the
+// transport SUBTASK_TRANSPORT names (lib.mjs): Streamable HTTP, or stdio with
+// the SDK's StdioClientTransport spawning `subtask serve --stdio --memory` the
+// way a desktop host does. The checks are the same on both.
 //
 // Public API used:
 //   new Client(info, {capabilities}), client.setRequestHandler(ElicitRequestSchema, h),
-//   client.connect(new StreamableHTTPClientTransport(url, {fetch})),
+//   client.connect(new StreamableHTTPClientTransport(url, {fetch})) or
+//   client.connect(new StdioClientTransport({command, args, stderr})) (its
+//   send/onmessage observed through the Transport interface, lib.mjs observeTransport),
 //   client.getServerCapabilities(), client.listTools(), client.callTool(),
 //   client.experimental.tasks.callToolStream(params, CallToolResultSchema, {task: {ttl}}),
 //   client.experimental.tasks.getTask(), .getTaskResult(), .listTasks(), .cancelTask(),
@@ -22,19 +27,19 @@
 // that getTask() drops them, so this note is re-examined when the SDK changes.
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { CallToolResultSchema, ElicitRequestSchema, GetTaskResultSchema, McpError } from "@modelcontextprotocol/sdk/types.js";
 import * as z from "zod/v4";
 import {
   CheckFailure,
-  SERVER_URL,
   assert,
   check,
   describe,
   errorText,
   failAll,
   finish,
-  observingFetch,
+  sdkTransport,
   trace,
   waitFor,
   wireResponses,
@@ -131,7 +136,7 @@ async function main() {
       trace(`elicitation/create handler got ${describe(request)}`);
       return { action: "accept", content: { confirm: true } };
     });
-    await client.connect(new StreamableHTTPClientTransport(new URL(SERVER_URL), { fetch: observingFetch("sdk1") }));
+    await client.connect(sdkTransport({ StdioClientTransport, StreamableHTTPClientTransport }, "sdk1"));
     trace(`server capabilities ${describe(client.getServerCapabilities())}`);
     // A real app lists tools first (the SDK caches taskSupport and output schemas from it).
     const tools = await client.listTools();
