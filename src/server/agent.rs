@@ -329,7 +329,8 @@ impl Server {
                     parent.children.push(row.id);
                 }
             }
-            rt.durable(rows.ticket).await.map_err(super::reply::store_error)?;
+            // The caller waits for what it shows to be durable
+            // (`Runtime::flushed`, after reading the listed results too).
             return Ok(nodes.contains_key(&top).then_some((nodes, HashMap::new())));
         }
         // Held by another cluster instance (or unknown): walk it.
@@ -446,6 +447,11 @@ impl Server {
                 "error": error,
             }));
             next = n + 1;
+        }
+        // Nothing is shown before it is durable: the rows and the results
+        // read above included (a tree held elsewhere was read durable).
+        if let Err(e) = rt.flushed(id).await {
+            return unavailable(&super::reply::store_error(e));
         }
         if entries.is_empty() {
             let _ = write!(text, "\nNothing more to list: the cursor is past the last task.");
