@@ -22,9 +22,19 @@
 #              rows: py_mcp1/http py_mcp1/stdio
 #   inspector  inspector.mjs  the MCP Inspector's CLI, @modelcontextprotocol/inspector 2.12.0, on Node 22
 #              rows: inspector/http inspector/stdio (legacy era, its default) inspector/stdio-modern
+#   agents_py  agents_py.py   a host's model on background tasks (docs/agents.md): Python mcp 2.3.0's plain
+#                             Client.call_tool, no extension, its default mode="auto" (2026-07-28), in the venv
+#              rows: agents_py/http
+#   agents_ts  agents_ts.mjs  the same through @modelcontextprotocol/client 2.4.0's plain callTool, its
+#                             default negotiation (initialize, 2025-11-25), on Node 22
+#              rows: agents_ts/http
 #
 # An http row gets a fresh `target/debug/subtask serve --memory` on a free
 # loopback port and runs with SUBTASK_TRANSPORT=http SUBTASK_URL=http://127.0.0.1:PORT/mcp.
+# The agents_* rows' server is `serve --memory --background --tokens FILE` with two
+# principals (FILE in the run's log directory, fresh tokens each run), their tokens in
+# SUBTASK_TOKEN and SUBTASK_OTHER_TOKEN; agents_py writes the session it saw to
+# INTEROP_TRANSCRIPT (the row's `*.transcript` in the log directory).
 # A stdio row starts no server: the client spawns `$SUBTASK_BIN serve --stdio
 # --memory` itself through its SDK's stdio transport, as a desktop host does
 # (SUBTASK_TRANSPORT=stdio SUBTASK_BIN=target/debug/subtask, the server's stderr
@@ -90,6 +100,7 @@ ALL_ROWS=(
   py_mcp/http-auto py_mcp/stdio-auto py_mcp/http-legacy py_mcp/stdio-legacy
   py_mcp1/http py_mcp1/stdio
   inspector/http inspector/stdio inspector/stdio-modern
+  agents_py/http agents_ts/http
 )
 
 usage_error() {
@@ -239,7 +250,7 @@ install_py() { # venv requirements-file
 node_ok=0
 py_ok=0
 py1_ok=0
-if wants ext_tasks sdk1 sdk112 sdk19 inspector; then
+if wants ext_tasks sdk1 sdk112 sdk19 inspector agents_ts; then
   if install_node; then
     node_ok=1
     # ESM resolves bare imports from the importing file's directory upwards.
@@ -251,7 +262,7 @@ if wants ext_tasks sdk1 sdk112 sdk19 inspector; then
     fi
   fi
 fi
-if wants py_mcp; then
+if wants py_mcp agents_py; then
   install_py "$VENV" "$DIR/requirements.txt" && py_ok=1
 fi
 if wants py_mcp1; then
@@ -293,14 +304,16 @@ free_port() {
   fi
 }
 
-# Starts a fresh server; sets SERVER_PID and URL. Returns non-zero (reason on stderr) if it did not come up.
-start_server() { # log-file
+# Starts a fresh server (extra `serve` options after the log file); sets SERVER_PID
+# and URL. Returns non-zero (reason on stderr) if it did not come up.
+start_server() { # log-file [serve-option...]
   local log="$1" port
+  shift
   port="$(free_port)" || return 1
   URL="http://127.0.0.1:$port/mcp"
   (
     cd "$REPO"
-    exec setsid "$SERVER_BIN" serve --memory --listen "127.0.0.1:$port"
+    exec setsid "$SERVER_BIN" serve --memory --listen "127.0.0.1:$port" "$@"
   ) >"$log" 2>&1 &
   SERVER_PID=$!
   wait_listening "$port" "the server" "$STARTUP_S"
@@ -342,6 +355,18 @@ for row in "${ROWS[@]}"; do
       setup_what="the venv $VENV_MCP1"
       cmd=("$VENV_MCP1/bin/python" "$script")
       ;;
+    agents_py)
+      script="$DIR/agents_py.py"
+      ok=$py_ok
+      setup_what="the venv $VENV"
+      cmd=("$VENV/bin/python" "$script")
+      ;;
+    agents_ts)
+      script="$DIR/agents_ts.mjs"
+      ok=$node_ok
+      setup_what="Node 22 and the npm packages"
+      cmd=("$NODE" "$script")
+      ;;
   esac
   if ((ok == 0)); then
     fail_line "$row" "not run: $setup_what could not be installed (see above)"
@@ -361,8 +386,17 @@ for row in "${ROWS[@]}"; do
   echo "== $row"
   # PYTHONPYCACHEPREFIX: the Python clients' bytecode (of pycheck.py, ...) goes to the cache, not the work tree.
   env_vars=(SUBTASK_TRANSPORT="$transport" INTEROP_TRACE="$TRACE" PYTHONPYCACHEPREFIX="$CACHE/pycache")
+  serve_opts=()
+  if [[ "$client" == agents_* ]]; then
+    # Two principals, fresh tokens per row; the clients send them as bearer tokens.
+    token_a="interop-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+    token_b="interop-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+    printf '%s alice\n%s bob\n' "$token_a" "$token_b" >"$LOGS/$name.tokens"
+    serve_opts=(--background --tokens "$LOGS/$name.tokens")
+    env_vars+=(SUBTASK_TOKEN="$token_a" SUBTASK_OTHER_TOKEN="$token_b" INTEROP_TRANSCRIPT="$LOGS/$name.transcript")
+  fi
   if [[ "$transport" == http ]]; then
-    if ! start_server "$server_log" 2>"$LOGS/$name.start.err"; then
+    if ! start_server "$server_log" "${serve_opts[@]}" 2>"$LOGS/$name.start.err"; then
       fail_line "$row" "not run: $(cat "$LOGS/$name.start.err")"
       summary+=("$row: not run")
       echo "---- server log ($server_log)"
