@@ -343,3 +343,45 @@ async fn a_model_steers_pauses_resumes_and_waits_for_deep_research() {
         .await;
     assert_eq!(r["resultType"], "task", "{r}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_listed_task_agrees_with_itself_while_the_tree_runs() {
+    // A task that finished between two reads must not show its old status
+    // beside its new result: each answer is one reading of the tree.
+    let addr = start(agent_config()).await;
+    let owner = Client::new(addr, full_caps()).with_token("alice-token");
+    let model = plain(addr, "alice-token");
+    let mut answers = 0;
+    for _ in 0..40 {
+        let id = owner
+            .start_task(
+                "fanout",
+                json!({"width": 8, "depth": 1, "steps": 3, "stepMs": 30}),
+            )
+            .await;
+        loop {
+            let r = tool(&model, "task_status", json!({"taskId": id})).await;
+            answers += 1;
+            let s = &r["structuredContent"];
+            let mut by_status = std::collections::HashMap::<String, u64>::new();
+            for t in s["tasks"].as_array().unwrap() {
+                let status = t["status"].as_str().unwrap();
+                *by_status.entry(status.to_owned()).or_default() += 1;
+                assert_eq!(
+                    t["result"].is_string(),
+                    status == "completed",
+                    "a result exactly on a completed task: {t} in {s}"
+                );
+                assert_eq!(t["error"].is_string(), status == "failed", "{t}");
+            }
+            // One page holds the whole tree of 9: the counts are the entries'.
+            let counts: std::collections::HashMap<String, u64> =
+                serde_json::from_value(s["counts"].clone()).unwrap();
+            assert_eq!(counts, by_status, "{s}");
+            if s["status"] == "completed" {
+                break;
+            }
+        }
+    }
+    assert!(answers >= 40);
+}

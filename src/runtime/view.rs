@@ -11,8 +11,9 @@ use super::Runtime;
 #[cfg(feature = "ui")]
 use super::tree::Owner;
 use super::tree::TreeCell;
+use crate::core::ClientView;
 use crate::core::Forest;
-use crate::model::{TaskId, TaskStatus, Timestamp};
+use crate::model::{DetailedTask, TaskId, TaskStatus, Timestamp};
 use crate::store::Ticket;
 
 /// One task as the web view draws it.
@@ -113,6 +114,23 @@ impl Runtime {
             .as_ref()
             .is_some_and(|o| o.name() == owner);
         mine.then_some(tree)
+    }
+
+    /// `f` over every task of `tree` as a row (pre-order from its root) and
+    /// a reader of any of its tasks' snapshots, all under one lock of the
+    /// tree, so that the rows and the snapshots agree; with the durability
+    /// ticket of this reading. O(tasks of the tree) under the lock, as
+    /// [`Runtime::tree_rows`]; `f` must not block.
+    pub(crate) fn read_tree<R>(
+        &self,
+        tree: &TreeCell,
+        view: ClientView,
+        f: impl FnOnce(&[TaskRow], &dyn Fn(TaskId) -> Option<DetailedTask>) -> R,
+    ) -> (R, Ticket) {
+        let st = tree.state.lock();
+        let rows = pre_order(&st.forest, tree.root);
+        let snapshot = |id| st.forest.snapshot(id, view);
+        (f(&rows, &snapshot), st.durable.ticket)
     }
 
     /// Every task of `tree` as a row, in pre-order from its root.

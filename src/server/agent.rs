@@ -227,6 +227,161 @@ fn result_order(nodes: &HashMap<TaskId, Node>, top: TaskId) -> Vec<(TaskId, usiz
     out
 }
 
+/// The tree's rows as nodes with their children in `childTaskIds` order
+/// (the rows come in pre-order).
+fn nodes_of(rows: &[crate::runtime::view::TaskRow]) -> HashMap<TaskId, Node> {
+    let mut nodes: HashMap<TaskId, Node> = rows
+        .iter()
+        .map(|row| {
+            (
+                row.id,
+                Node {
+                    id: row.id,
+                    parent: row.parent,
+                    status: row.status,
+                    message: row.message.clone(),
+                    children: Vec::new(),
+                },
+            )
+        })
+        .collect();
+    for row in rows {
+        if let Some(p) = row.parent
+            && let Some(parent) = nodes.get_mut(&p)
+        {
+            parent.children.push(row.id);
+        }
+    }
+    nodes
+}
+
+/// `task_status`'s answer (text, structured content) for the subtree of
+/// `top` in `nodes`, listing from `offset`; `snapshot` reads a listed
+/// task's outcome from the same reading as `nodes`. `None` when `top` is
+/// not in `nodes`.
+fn status_page(
+    nodes: &HashMap<TaskId, Node>,
+    id: TaskId,
+    offset: usize,
+    snapshot: &dyn Fn(TaskId) -> Option<DetailedTask>,
+) -> Option<(String, Value)> {
+    let top = nodes.get(&id)?;
+    let order = result_order(nodes, id);
+    let total = order.len();
+    let mut counts: Vec<(TaskStatus, usize)> = TaskStatus::ALL.iter().map(|s| (*s, 0)).collect();
+    for (tid, _) in &order {
+        if let Some(c) = counts.iter_mut().find(|(s, _)| *s == nodes[tid].status) {
+            c.1 += 1;
+        }
+    }
+    let mut text = format!("Task {id} is {}", status_word(top.status));
+    if let Some(m) = &top.message {
+        let _ = write!(text, ": {}", excerpt(m, EXCERPT_CHARS));
+    }
+    let tally: Vec<String> = counts
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(s, n)| format!("{n} {}", s.as_str()))
+        .collect();
+    let _ = write!(
+        text,
+        ".\nIt has {total} task{} with its subtasks: {}.",
+        if total == 1 { "" } else { "s" },
+        tally.join(", ")
+    );
+    let mut listed = String::new();
+    let mut entries = Vec::new();
+    let mut next = offset;
+    for (n, (tid, depth)) in order.iter().enumerate().skip(offset) {
+        if entries.len() == PAGE_TASKS || listed.len() >= PAGE_CHARS {
+            break;
+        }
+        let node = &nodes[tid];
+        let (result, error) = snapshot(*tid).as_ref().map(outcome_of).unwrap_or_default();
+        let result = result.map(|r| excerpt(&r, EXCERPT_CHARS));
+        let error = error.map(|e| excerpt(&e, EXCERPT_CHARS));
+        let message = node.message.as_deref().map(|m| excerpt(m, EXCERPT_CHARS));
+        let indent = "  ".repeat(*depth);
+        let mut line = format!(
+            "{}. {indent}[{}] {}{}",
+            n + 1,
+            status_word(node.status),
+            node.id,
+            if node.id == id { " (this task)" } else { "" }
+        );
+        if let Some(r) = &result {
+            let _ = write!(line, "\n{indent}   result: {r}");
+        } else if let Some(e) = &error {
+            let _ = write!(line, "\n{indent}   error: {e}");
+        } else if let Some(m) = &message {
+            let _ = write!(line, "\n{indent}   {m}");
+        }
+        listed.push_str(&line);
+        listed.push('\n');
+        entries.push(json!({
+            "taskId": node.id,
+            "parentTaskId": node.parent,
+            "depth": depth,
+            "status": node.status.as_str(),
+            "statusMessage": message,
+            "result": result,
+            "error": error,
+        }));
+        next = n + 1;
+    }
+    if entries.is_empty() {
+        let _ = write!(text, "\nNothing more to list: the cursor is past the last task.");
+    } else {
+        let _ = write!(
+            text,
+            "\nTasks {}-{} of {total}, in the order the final answer puts them together (each subtask before \
+             the task that waits for it):\n{listed}",
+            offset + 1,
+            next
+        );
+    }
+    let next_cursor = (next < total).then(|| encode_cursor(id, next));
+    match &next_cursor {
+        Some(c) => {
+            let _ = write!(
+                text,
+                "More tasks follow: call task_status with taskId \"{id}\" and cursor \"{c}\"."
+            );
+        }
+        None if top.status == TaskStatus::Paused => {
+            let _ = write!(
+                text,
+                "The task is paused, keeping its state: task_resume continues it, task_cancel ends it."
+            );
+        }
+        None if top.status.is_terminal() => {
+            let _ = write!(text, "The task has ended; task_wait returns its whole result.");
+        }
+        None => {
+            let _ = write!(
+                text,
+                "The task is still running: task_wait waits for its result; task_steer, task_pause and \
+                 task_cancel act on it or on any subtask listed here."
+            );
+        }
+    }
+    let counts: serde_json::Map<String, Value> = counts
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(s, n)| (s.as_str().to_owned(), json!(n)))
+        .collect();
+    let structured = json!({
+        "taskId": id,
+        "status": top.status.as_str(),
+        "statusMessage": top.message,
+        "total": total,
+        "counts": counts,
+        "tasks": entries,
+        "nextCursor": next_cursor,
+    });
+    Some((text, structured))
+}
+
 impl Server {
     /// Whether `name` is a control tool this server serves.
     pub(crate) fn is_agent_tool(&self, name: &str) -> bool {
@@ -296,44 +451,16 @@ impl Server {
             .await
     }
 
-    /// The subtree of `top`: every task with its status, message and
-    /// children, and the snapshots read on the way (a tree another cluster
-    /// instance holds is read task by task from the database). `None`
-    /// when `principal` cannot see `top`.
-    async fn agent_tree(
+    /// The subtree of `top` held by another cluster instance, read task by
+    /// task from the database (each task's row is one durable reading of
+    /// it): every task with its status, message and children, and the
+    /// snapshots. `None` when `principal` cannot see `top`.
+    async fn remote_tree(
         &self,
         top: TaskId,
         principal: &Principal,
     ) -> Result<Option<(HashMap<TaskId, Node>, HashMap<TaskId, DetailedTask>)>, ErrorObject> {
-        let rt = &self.inner.runtime;
         let mut nodes = HashMap::new();
-        if let Some(tree) = rt.owned_tree(top, principal.name()) {
-            let rows = rt.tree_rows(&tree);
-            for row in &rows.rows {
-                nodes.insert(
-                    row.id,
-                    Node {
-                        id: row.id,
-                        parent: row.parent,
-                        status: row.status,
-                        message: row.message.clone(),
-                        children: Vec::new(),
-                    },
-                );
-            }
-            // Pre-order: a parent's children come in `childTaskIds` order.
-            for row in &rows.rows {
-                if let Some(p) = row.parent
-                    && let Some(parent) = nodes.get_mut(&p)
-                {
-                    parent.children.push(row.id);
-                }
-            }
-            // The caller waits for what it shows to be durable
-            // (`Runtime::flushed`, after reading the listed results too).
-            return Ok(nodes.contains_key(&top).then_some((nodes, HashMap::new())));
-        }
-        // Held by another cluster instance (or unknown): walk it.
         let mut snaps = HashMap::new();
         let mut queue = vec![top];
         while let Some(id) = queue.pop() {
@@ -374,138 +501,30 @@ impl Server {
                 ));
             }
         };
-        let (nodes, mut snaps) = match self.agent_tree(id, principal).await {
-            Ok(Some(tree)) => tree,
-            Ok(None) => return unknown(&id.to_string()),
-            Err(e) => return unavailable(&e),
-        };
-        let order = result_order(&nodes, id);
-        let total = order.len();
-        let mut counts: Vec<(TaskStatus, usize)> = TaskStatus::ALL.iter().map(|s| (*s, 0)).collect();
-        for (tid, _) in &order {
-            if let Some(c) = counts.iter_mut().find(|(s, _)| *s == nodes[tid].status) {
-                c.1 += 1;
-            }
-        }
-        let top = &nodes[&id];
-        let mut text = format!("Task {id} is {}", status_word(top.status));
-        if let Some(m) = &top.message {
-            let _ = write!(text, ": {}", excerpt(m, EXCERPT_CHARS));
-        }
-        let tally: Vec<String> = counts
-            .iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(s, n)| format!("{n} {}", s.as_str()))
-            .collect();
-        let _ = write!(
-            text,
-            ".\nIt has {total} task{} with its subtasks: {}.",
-            if total == 1 { "" } else { "s" },
-            tally.join(", ")
-        );
         let rt = &self.inner.runtime;
-        let mut listed = String::new();
-        let mut entries = Vec::new();
-        let mut next = offset;
-        for (n, (tid, depth)) in order.iter().enumerate().skip(offset) {
-            if entries.len() == PAGE_TASKS || listed.len() >= PAGE_CHARS {
-                break;
+        let page = if let Some(tree) = rt.owned_tree(id, principal.name()) {
+            // Held here: the rows and the listed tasks' results in one
+            // reading under the tree's lock, so that they agree.
+            let (page, _) = rt.read_tree(&tree, ClientView::PAUSE_AWARE, |rows, snapshot| {
+                status_page(&nodes_of(rows), id, offset, snapshot)
+            });
+            page
+        } else {
+            match self.remote_tree(id, principal).await {
+                Ok(Some((nodes, snaps))) => status_page(&nodes, id, offset, &|t| snaps.get(&t).cloned()),
+                Ok(None) => None,
+                Err(e) => return unavailable(&e),
             }
-            let node = &nodes[tid];
-            let snap = match snaps.remove(tid) {
-                Some(s) => Some(s),
-                None => rt.get(*tid, ClientView::PAUSE_AWARE),
-            };
-            let (result, error) = snap.as_ref().map(outcome_of).unwrap_or_default();
-            let result = result.map(|r| excerpt(&r, EXCERPT_CHARS));
-            let error = error.map(|e| excerpt(&e, EXCERPT_CHARS));
-            let message = node.message.as_deref().map(|m| excerpt(m, EXCERPT_CHARS));
-            let mut line = format!(
-                "{}. {}[{}] {}{}",
-                n + 1,
-                "  ".repeat(*depth),
-                status_word(node.status),
-                node.id,
-                if node.id == id { " (this task)" } else { "" }
-            );
-            if let Some(r) = &result {
-                let _ = write!(line, "\n{}   result: {r}", "  ".repeat(*depth));
-            } else if let Some(e) = &error {
-                let _ = write!(line, "\n{}   error: {e}", "  ".repeat(*depth));
-            } else if let Some(m) = &message {
-                let _ = write!(line, "\n{}   {m}", "  ".repeat(*depth));
-            }
-            listed.push_str(&line);
-            listed.push('\n');
-            entries.push(json!({
-                "taskId": node.id,
-                "parentTaskId": node.parent,
-                "depth": depth,
-                "status": node.status.as_str(),
-                "statusMessage": message,
-                "result": result,
-                "error": error,
-            }));
-            next = n + 1;
-        }
-        // Nothing is shown before it is durable: the rows and the results
-        // read above included (a tree held elsewhere was read durable).
+        };
+        let Some((text, structured)) = page else {
+            return unknown(&id.to_string());
+        };
+        // Nothing is shown before it is durable (a tree held elsewhere was
+        // read durable).
         if let Err(e) = rt.flushed(id).await {
             return unavailable(&super::reply::store_error(e));
         }
-        if entries.is_empty() {
-            let _ = write!(text, "\nNothing more to list: the cursor is past the last task.");
-        } else {
-            let _ = write!(
-                text,
-                "\nTasks {}-{} of {total}, in the order the final answer puts them together (each subtask before \
-                 the task that waits for it):\n{listed}",
-                offset + 1,
-                next
-            );
-        }
-        let next_cursor = (next < total).then(|| encode_cursor(id, next));
-        match &next_cursor {
-            Some(c) => {
-                let _ = write!(
-                    text,
-                    "More tasks follow: call task_status with taskId \"{id}\" and cursor \"{c}\"."
-                );
-            }
-            None if top.status == TaskStatus::Paused => {
-                let _ = write!(
-                    text,
-                    "The task is paused, keeping its state: task_resume continues it, task_cancel ends it."
-                );
-            }
-            None if top.status.is_terminal() => {
-                let _ = write!(text, "The task has ended; task_wait returns its whole result.");
-            }
-            None => {
-                let _ = write!(
-                    text,
-                    "The task is still running: task_wait waits for its result; task_steer, task_pause and \
-                     task_cancel act on it or on any subtask listed here."
-                );
-            }
-        }
-        let counts: serde_json::Map<String, Value> = counts
-            .iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(s, n)| (s.as_str().to_owned(), json!(n)))
-            .collect();
-        answer(
-            text,
-            json!({
-                "taskId": id,
-                "status": top.status.as_str(),
-                "statusMessage": top.message,
-                "total": total,
-                "counts": counts,
-                "tasks": entries,
-                "nextCursor": next_cursor,
-            }),
-        )
+        answer(text, structured)
     }
 
     /// Task `id` once it has ended, or as it is after `limit`; durable.
