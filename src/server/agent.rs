@@ -275,7 +275,8 @@ fn status_page(
         }
     }
     let mut text = format!("Task {id} is {}", status_word(top.status));
-    if let Some(m) = &top.message {
+    // A message that only repeats the status ("paused") says nothing more.
+    if let Some(m) = top.message.as_ref().filter(|m| m.as_str() != top.status.as_str()) {
         let _ = write!(text, ": {}", excerpt(m, EXCERPT_CHARS));
     }
     let tally: Vec<String> = counts
@@ -596,21 +597,25 @@ impl Server {
                 json!({"taskId": id, "status": "cancelled"}),
             ),
             _ => {
-                let mut text = format!(
-                    "Task {id} is still {} after {} s",
-                    status.as_str(),
-                    limit.as_secs()
-                );
-                if let Some(m) = &message {
-                    let _ = write!(text, ": {}", excerpt(m, EXCERPT_CHARS));
-                }
-                text.push_str(match status {
-                    TaskStatus::Paused => ". It is paused: task_resume continues it.",
-                    TaskStatus::InputRequired => {
-                        ". It waits for input that only a client with the tasks extension can give."
-                    }
-                    _ => ". Call task_wait again to keep waiting, or task_status for the partial results.",
-                });
+                let said = message
+                    .as_ref()
+                    .filter(|m| m.as_str() != status.as_str())
+                    .map(|m| format!(" ({})", excerpt(m, EXCERPT_CHARS)))
+                    .unwrap_or_default();
+                let secs = limit.as_secs();
+                let text = match status {
+                    TaskStatus::Paused => format!(
+                        "Task {id} is paused{said}: it makes no progress until task_resume continues it."
+                    ),
+                    TaskStatus::InputRequired => format!(
+                        "Task {id} is waiting for input{said} that only a client with the tasks extension can give."
+                    ),
+                    _ => format!(
+                        "Task {id} is still {} after {secs} s{said}. Call task_wait again to keep waiting, or \
+                         task_status for the partial results.",
+                        status.as_str()
+                    ),
+                };
                 answer(
                     text,
                     json!({"taskId": id, "status": status.as_str(), "statusMessage": message}),
