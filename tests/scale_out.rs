@@ -267,10 +267,21 @@ async fn settle(
                     Duration::from_secs(5),
                 )
                 .await
-                && is_terminal(status_of(&snap))
             {
-                last_ms = last_ms.max(since.elapsed().as_millis() as u64);
-                continue;
+                if is_terminal(status_of(&snap)) {
+                    last_ms = last_ms.max(since.elapsed().as_millis() as u64);
+                    continue;
+                }
+                // A root a client had paused does not run again until it is
+                // resumed (its pause holds across the takeover, as
+                // `check_restart` checks), so no handler start shows the
+                // takeover: the survivor's log line does.
+                if status_of(&snap) == "paused"
+                    && let Some(t) = adopted_at(&others, &proc, at)
+                {
+                    last_ms = last_ms.max(((t - at).max(0) / 1000) as u64);
+                    continue;
+                }
             }
             still.push(root);
         }
@@ -293,6 +304,17 @@ async fn settle(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// When a survivor took the trees of `dead` over after `at` (by its log:
+/// the lease of `dead` expired, then "took over trees").
+fn adopted_at(survivors: &[Arc<Proc>], dead: &Proc, at: i64) -> Option<i64> {
+    let expired = format!("instance={}", dead.instance_id);
+    survivors.iter().find_map(|q| {
+        let log = q.server.log();
+        let e = first_line(log, &["lease expired", &expired], at)?;
+        first_line(log, &["took over trees"], e - 1)
+    })
 }
 
 /// The restart rules of the crash test, on the trees the faulted instance
