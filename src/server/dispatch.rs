@@ -97,7 +97,8 @@ impl Server {
     /// list (the `method` label of `/metrics`).
     pub(crate) async fn handle_named(&self, incoming: Incoming<'_>) -> (Reply, RpcMethod) {
         if incoming.body.trim_ascii_start().first() == Some(&b'[') {
-            return (self.handle_batch(&incoming).await, RpcMethod::NONE);
+            // Boxed: a batch's state stays out of every request's future.
+            return (Box::pin(self.handle_batch(&incoming)).await, RpcMethod::NONE);
         }
         let req = match JsonRpcMessage::parse(incoming.body) {
             Ok(JsonRpcMessage::Request(req)) => req,

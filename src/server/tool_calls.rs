@@ -144,7 +144,8 @@ impl Server {
                 ));
             }
             let call = self.read_call(req, ctx, name)?;
-            let result = self.agent_call(name, &call.arguments, &ctx.principal).await;
+            // Boxed: the control tools' futures stay out of every call's state.
+            let result = Box::pin(self.agent_call(name, &call.arguments, &ctx.principal)).await;
             return Ok((result_reply(&ctx.id, complete(result, ctx.legacy)), None));
         }
         let tool = self.tool(name)?.clone();
