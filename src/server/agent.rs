@@ -22,12 +22,9 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 use super::auth::Principal;
-use super::dispatch::Incoming;
 use super::reply::Reply;
 use super::{RegisteredTool, Server, TaskSupport, ToolSpec};
-use crate::model::{
-    ClientView, DetailedTask, ErrorObject, JsonObject, PROTOCOL_VERSION, TaskId, TaskPayload, TaskStatus,
-};
+use crate::model::{ClientView, DetailedTask, ErrorObject, JsonObject, TaskId, TaskPayload, TaskStatus};
 
 /// `task_status`: a tree's progress and its partial results.
 pub(crate) const STATUS: &str = "task_status";
@@ -63,8 +60,13 @@ const DEFAULT_WAIT_SECS: u64 = 30;
 /// answers with the state it has.
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
 
-/// The control tools' specs.
-pub(crate) fn specs() -> Vec<ToolSpec> {
+/// The control tools' specs, built once.
+pub(crate) fn specs() -> &'static [ToolSpec] {
+    static SPECS: std::sync::OnceLock<Vec<ToolSpec>> = std::sync::OnceLock::new();
+    SPECS.get_or_init(build_specs)
+}
+
+fn build_specs() -> Vec<ToolSpec> {
     let task_id = json!({"type": "string", "description": "The task's id (`taskId`), as the tool that started it or task_status gave it."});
     vec![
         ToolSpec::new(
@@ -193,10 +195,6 @@ fn outcome_of(snap: &DetailedTask) -> (Option<String>, Option<String>) {
     }
 }
 
-fn status_word(s: TaskStatus) -> &'static str {
-    s.as_str()
-}
-
 /// `task_status`'s cursor: the task and how many entries were shown.
 fn encode_cursor(task: TaskId, offset: usize) -> String {
     URL_SAFE_NO_PAD.encode(format!("task-status:{task}:{offset}"))
@@ -274,7 +272,7 @@ fn status_page(
             c.1 += 1;
         }
     }
-    let mut text = format!("Task {id} is {}", status_word(top.status));
+    let mut text = format!("Task {id} is {}", top.status.as_str());
     // A message that only repeats the status ("paused") says nothing more.
     if let Some(m) = top.message.as_ref().filter(|m| m.as_str() != top.status.as_str()) {
         let _ = write!(text, ": {}", excerpt(m, EXCERPT_CHARS));
@@ -306,7 +304,7 @@ fn status_page(
         let mut line = format!(
             "{}. {indent}[{}] {}{}",
             n + 1,
-            status_word(node.status),
+            node.status.as_str(),
             node.id,
             if node.id == id { " (this task)" } else { "" }
         );
@@ -404,10 +402,7 @@ impl Server {
         arguments: &JsonObject,
         principal: &Principal,
     ) -> JsonObject {
-        let spec = specs()
-            .into_iter()
-            .find(|s| s.name == name)
-            .expect("a control tool");
+        let spec = specs().iter().find(|s| s.name == name).expect("a control tool");
         if let Err(e) = spec.check_arguments(arguments) {
             return refusal(format!("{e}"));
         }
@@ -652,24 +647,11 @@ impl Server {
             RESUME => "tasks/resume",
             _ => "tasks/cancel",
         };
-        let mut params = json!({
-            "taskId": id,
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
-                "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {"steer": true, "pause": true}}},
-            },
-        });
+        let mut params = json!({"taskId": id});
         if let Some(m) = arguments.get("message") {
             params["message"] = m.clone();
         }
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
-        let reply = Box::pin(self.handle(Incoming {
-            body: body.as_bytes(),
-            headers: None,
-            principal: principal.clone(),
-            connection: None,
-        }))
-        .await;
+        let reply = self.request_as(principal.clone(), method, params).await;
         let Reply::Message { body, .. } = reply else {
             return refusal(format!(
                 "{name}: the server gave no answer for task {id}; try again"

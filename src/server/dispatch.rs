@@ -29,7 +29,15 @@ use crate::model::{
 /// newest first: 2025-11-25 with its tasks wire (see `legacy.rs`), and
 /// 2025-06-18, 2025-03-26 and 2024-11-05 with tools only (the table is in
 /// `docs/protocol.md`, "Versions").
-pub const LEGACY_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+pub const LEGACY_VERSIONS: [&str; 4] = {
+    let mut names = [""; 4];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = LegacyVersion::ALL[i].as_str();
+        i += 1;
+    }
+    names
+};
 
 /// The request metadata headers of Streamable HTTP.
 #[derive(Debug, Clone, Default)]
@@ -151,10 +159,7 @@ impl Server {
                 Some(Era::Legacy(v)) => Some(v),
                 _ => None,
             },
-            (None, Some(h)) => match h.protocol_version.as_deref().map(str::trim) {
-                None => Some(LegacyVersion::V2025_03_26),
-                Some(v) => LegacyVersion::parse(v),
-            },
+            (None, Some(h)) => header_version(h),
             (None, None) => None,
         };
         if !version.is_some_and(LegacyVersion::has_batches) {
@@ -237,6 +242,34 @@ impl Server {
             status: 200,
             body: format!("[{}]", answers.join(",")),
         }
+    }
+
+    /// Runs one 2026-07-28 request as `principal`, the way a client with
+    /// the tasks extension (steer and pause included) would send it: for
+    /// the server's own callers (the web view's commands, the control
+    /// tools), which get the wire's checks, errors, durability and cluster
+    /// routing. `params` is an object; the request's `_meta` is added.
+    pub(crate) async fn request_as(&self, principal: Principal, method: &str, params: Value) -> Reply {
+        let mut params = params;
+        if let Some(p) = params.as_object_mut() {
+            p.insert(
+                "_meta".to_owned(),
+                json!({
+                    "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
+                    "io.modelcontextprotocol/clientCapabilities": {
+                        "extensions": {TASKS_EXTENSION: {"steer": true, "pause": true}}
+                    },
+                }),
+            );
+        }
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+        Box::pin(self.handle(Incoming {
+            body: body.as_bytes(),
+            headers: None,
+            principal,
+            connection: None,
+        }))
+        .await
     }
 
     fn knows(&self, method: &str) -> bool {
@@ -492,11 +525,17 @@ fn legacy_version(req: &JsonRpcRequest, incoming: &Incoming<'_>) -> Result<Optio
     let Some(headers) = incoming.headers.as_ref() else {
         return Ok(initialize.then(negotiated));
     };
-    Ok(match headers.protocol_version.as_deref().map(str::trim) {
-        // `initialize` negotiates from its params, whatever a header says.
-        Some(v) if initialize && LegacyVersion::parse(v).is_some() => Some(negotiated()),
-        Some(v) => LegacyVersion::parse(v),
-        None if initialize => Some(negotiated()),
+    // `initialize` negotiates from its params, whatever legacy header it
+    // carries (a 2026 header sends it down the 2026 pipeline).
+    Ok(header_version(headers).map(|v| if initialize { negotiated() } else { v }))
+}
+
+/// The legacy version an HTTP request's headers name: its legacy
+/// `MCP-Protocol-Version`, or 2025-03-26 when it has none (that version's
+/// clients send no such header); `None` for any other header value.
+fn header_version(headers: &RequestHeaders) -> Option<LegacyVersion> {
+    match headers.protocol_version.as_deref().map(str::trim) {
         None => Some(LegacyVersion::V2025_03_26),
-    })
+        Some(v) => LegacyVersion::parse(v),
+    }
 }

@@ -219,7 +219,7 @@ impl Server {
                         Ok((reply, created)) => {
                             // A stdio session writes the new task's status changes as they happen.
                             if let (Some(id), Some(conn)) = (created, incoming.connection) {
-                                conn.follow(id, self.status_notes(id, &ctx.principal));
+                                conn.follow(id, || self.status_notes(id, &ctx.principal));
                             }
                             Ok(reply)
                         }
@@ -329,7 +329,7 @@ impl Server {
         if let Some(conn) = connection
             && !snap.status().is_terminal()
         {
-            conn.follow(id, self.status_notes(id, &ctx.principal));
+            conn.follow(id, || self.status_notes(id, &ctx.principal));
         }
         let rt = self.inner.runtime.clone();
         if snap.status().is_terminal() {

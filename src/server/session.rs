@@ -139,12 +139,13 @@ impl Connection {
     /// Writes the notifications of `notes` (task `id`'s status changes,
     /// each with whether it is the last) as they come, once per task, until
     /// the last one or the connection's end.
-    pub(crate) fn follow(&self, id: TaskId, notes: BoxStream<'static, (String, bool)>) {
+    /// `notes` is called only for a task not followed yet.
+    pub(crate) fn follow(&self, id: TaskId, notes: impl FnOnce() -> BoxStream<'static, (String, bool)>) {
         if !self.followed.lock().insert(id) {
             return;
         }
         let outbox = self.outbox.clone();
-        let mut notes = notes;
+        let mut notes = notes();
         let task = tokio::spawn(async move {
             let mut last: Option<String> = None;
             while let Some((note, terminal)) = notes.next().await {

@@ -35,7 +35,7 @@ use serde_json::{Value, json};
 
 use super::http::{AppState, authenticate, check_host_and_origin, error_response, sse_frames};
 use super::reply::Reply;
-use super::{Incoming, Principal, Server};
+use super::{Principal, Server};
 use crate::model::{ErrorCode, TaskId, TaskStatus};
 use crate::runtime::view::{TaskRow, TreeSummary};
 
@@ -390,28 +390,12 @@ async fn live(State(state): State<AppState>, Path(id): Path<String>, headers: He
     harden(sse_frames(frames, keep_alive, shutdown))
 }
 
-/// `_meta` of the requests the page makes through the MCP dispatcher: a
-/// 2026-07-28 client with the tasks extension.
-const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{"steer":true,"pause":true}}}}"#;
-
 /// Runs one MCP request as `principal` and answers its JSON-RPC reply.
 async fn relay(server: &Server, principal: Principal, method: &str, params: Value) -> Response {
-    let Value::Object(params) = params else {
+    if !params.is_object() {
         return bad_request("params must be an object");
-    };
-    let mut fields = serde_json::to_string(&params).unwrap_or_else(|_| "{}".to_owned());
-    // `{"taskId":…}` + `_meta`: the object's fields, then META.
-    fields.pop();
-    let sep = if params.is_empty() { "" } else { "," };
-    let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{fields}{sep}{META}}}}}"#);
-    let reply = server
-        .handle(Incoming {
-            body: body.as_bytes(),
-            headers: None,
-            principal,
-            connection: None,
-        })
-        .await;
+    }
+    let reply = server.request_as(principal, method, params).await;
     match reply {
         Reply::Message { status, body } => {
             let mut resp = Response::new(Body::from(body));
