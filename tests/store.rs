@@ -1314,6 +1314,19 @@ fn restart_keeps_results(db: &Db) {
                     assert_eq!(launch["arguments"], json!({"topic": "tides"}));
                     let body: HandlerBody = Box::new(move |ctx| {
                         Box::pin(async move {
+                            // The same code as the first run: its finished
+                            // subtask is not run again (its stored outcome
+                            // comes back), its running one runs again in place.
+                            let done = ctx.spawn_subtask(SubtaskOptions::default(), |_| async {
+                                panic!("a completed subtask ran again")
+                            })?;
+                            assert_eq!(
+                                done.await,
+                                subtask::model::TaskOutcome::Completed(obj(json!({"part": 1})))
+                            );
+                            let _running = ctx.spawn_subtask(SubtaskOptions::default(), |_| async {
+                                Ok(obj(json!({"part": 2, "again": true})))
+                            })?;
                             // The same key: answered before the restart, so
                             // it returns at once (no new input round).
                             let answer = ctx.request_input("approve", approve()).await?;
@@ -1335,8 +1348,12 @@ fn restart_keeps_results(db: &Db) {
         assert_eq!(report.trees, 2);
         assert_eq!(report.tasks, 7);
         assert_eq!(report.interrupted, 5, "{report}");
-        assert_eq!(report.failed, 4, "{report}");
+        assert_eq!(report.failed, 3, "{report}");
         assert_eq!(report.rerun, 1, "{report}");
+        assert_eq!(
+            report.resumed, 1,
+            "the resumable root's running subtask waits for its re-run: {report}"
+        );
 
         // Terminal tasks are exactly as they were shown.
         for id in [before.a_done, before.b_done] {
@@ -1344,7 +1361,7 @@ fn restart_keeps_results(db: &Db) {
             assert_eq!(json_of(&now), json_of(&before.snapshots[&id]), "task {id}");
         }
         // What was running failed with the restart error.
-        for id in [before.a_root, before.a_input, before.a_paused, before.b_running] {
+        for id in [before.a_root, before.a_input, before.a_paused] {
             let now = rt.get(id, V).unwrap();
             let TaskPayload::Failed { error } = now.payload() else {
                 panic!("task {id} is {} after the restart", now.status())
@@ -1382,6 +1399,22 @@ fn restart_keeps_results(db: &Db) {
         assert_eq!(result["answer"], serde_json::to_value(&before.b_answer).unwrap());
         assert_eq!(result["steers"], json!(["focus on the spring tides"]));
         assert_eq!(*answers.lock(), std::slice::from_ref(&before.b_answer));
+        // Its running subtask waited to be spawned again, and ran again in
+        // place (same id, same place) with the body the re-run passed.
+        let again = rt.get(before.b_running, V).unwrap();
+        let TaskPayload::Completed { result } = again.payload() else {
+            panic!("the subtask the re-run spawned again is {}", again.status())
+        };
+        assert_eq!(result["again"], true);
+        assert_eq!(
+            again.task().created_at,
+            before.snapshots[&before.b_running].task().created_at
+        );
+        assert_eq!(
+            rt.get(before.b_root, V).unwrap().task().child_task_ids,
+            [before.b_done, before.b_running],
+            "no subtask appended"
+        );
         let mut after = HashMap::new();
         for id in before.snapshots.keys() {
             rt.flushed(*id).await.unwrap();

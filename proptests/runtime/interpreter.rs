@@ -190,6 +190,14 @@ pub fn on_steers(
             None
         }
         Err(TaskError::Interrupted) => Some(interrupted()),
+        Err(TaskError::Diverged(e)) => {
+            sh.violation(format!(
+                "{at} of {} diverged outside a durable tree: {}",
+                sh.name(id),
+                e.message
+            ));
+            Some(Err(e))
+        }
         Err(TaskError::Rejected(e)) => {
             // A handler that gave up a parked wait runs on while its task
             // stays paused (documented for `pause_self`): then, and only
@@ -217,6 +225,14 @@ pub fn on_answer(
             None
         }
         Err(TaskError::Interrupted) => Some(interrupted()),
+        Err(TaskError::Diverged(e)) => {
+            sh.violation(format!(
+                "request_input of {} diverged outside a durable tree: {}",
+                sh.name(id),
+                e.message
+            ));
+            Some(Err(e))
+        }
         Err(TaskError::Rejected(e)) => {
             sh.violation(format!(
                 "I9: request_input of {} with the fresh key {key:?} rejected: {e}",
@@ -268,6 +284,7 @@ pub async fn run_script(
                     poll_interval_ms: None,
                     fail_fast,
                     after: after.clone(),
+                    ..SubtaskOptions::default()
                 };
                 let child_label = format!("{label}.{i}");
                 let winding = ctx.is_cancelled();
@@ -292,6 +309,13 @@ pub async fn run_script(
                             ));
                         }
                         return interrupted();
+                    }
+                    Err(TaskError::Diverged(e)) => {
+                        sh.violation(format!(
+                            "spawn_subtask in {label} diverged outside a durable tree: {}",
+                            e.message
+                        ));
+                        return Err(e);
                     }
                     Err(TaskError::Rejected(e)) => {
                         if winding || !over_limit {

@@ -511,6 +511,22 @@ impl Forest {
         parent: TaskId,
         opts: ChildOptions,
     ) -> Result<TaskId, TransitionError> {
+        self.create_child_marked(now, parent, opts, None)
+    }
+
+    /// [`Forest::create_child`] in a durable tree: the child carries `mark`
+    /// (its place in the parent's journal) from its first write.
+    ///
+    /// # Errors
+    ///
+    /// As [`Forest::create_child`].
+    pub fn create_child_marked(
+        &mut self,
+        now: Timestamp,
+        parent: TaskId,
+        opts: ChildOptions,
+        mark: Option<super::journal::SpawnMark>,
+    ) -> Result<TaskId, TransitionError> {
         let (pslot, prec, pact) = self.active_slot(parent)?;
         if pact.ending.is_some() {
             return Err(TransitionError::WindingDown(parent));
@@ -569,6 +585,9 @@ impl Forest {
             pause,
         );
         self.tasks.insert(rec);
+        if let Some(mark) = mark {
+            self.mark_spawned(id, mark);
+        }
         let p = self.rec_mut_at(pslot);
         p.children.push(Child { id, slot });
         p.live_children += 1;

@@ -188,13 +188,31 @@ impl Forest {
     ///
     /// `NotStarted`/`HandlerFinished`/`Terminal`/`UnknownTask`.
     pub fn take_steers(&mut self, now: Timestamp, id: TaskId) -> Result<Vec<String>, TransitionError> {
+        self.take_steers_journaled(now, id, false)
+    }
+
+    /// [`Forest::take_steers`], journaling what it takes when `journal` is
+    /// set (a durable task's stream of steers).
+    ///
+    /// # Errors
+    ///
+    /// As [`Forest::take_steers`].
+    pub fn take_steers_journaled(
+        &mut self,
+        now: Timestamp,
+        id: TaskId,
+        journal: bool,
+    ) -> Result<Vec<String>, TransitionError> {
         self.require_running(id)?;
         let rec = &self.tasks[&id];
         if rec.steers.is_empty() || rec.status() == TaskStatus::Paused {
             return Ok(Vec::new());
         }
         self.begin(now);
-        let steers = self.rec_mut(id).steers.drain(..).collect();
+        let steers: Vec<String> = self.rec_mut(id).steers.drain(..).collect();
+        if journal {
+            self.journal_steers(id, None, &steers);
+        }
         self.end();
         Ok(steers)
     }
@@ -205,6 +223,21 @@ impl Forest {
     ///
     /// `NotStarted`/`HandlerFinished`/`Terminal`/`UnknownTask`.
     pub fn reach_safe_point(&mut self, now: Timestamp, id: TaskId) -> Result<SafePoint, TransitionError> {
+        self.reach_safe_point_at(now, id, None)
+    }
+
+    /// [`Forest::reach_safe_point`] of a durable task: steers it returns
+    /// are journaled under `seq` in the same command (one write).
+    ///
+    /// # Errors
+    ///
+    /// As [`Forest::reach_safe_point`].
+    pub fn reach_safe_point_at(
+        &mut self,
+        now: Timestamp,
+        id: TaskId,
+        seq: Option<u32>,
+    ) -> Result<SafePoint, TransitionError> {
         // The same safe point as `wait_point`, which also delivers the steers.
         match self.wait_point(now, id)? {
             SafePoint::Continue(_) => {
@@ -212,7 +245,10 @@ impl Forest {
                     return Ok(SafePoint::Continue(Vec::new()));
                 }
                 self.begin(now);
-                let steers = self.rec_mut(id).steers.drain(..).collect();
+                let steers: Vec<String> = self.rec_mut(id).steers.drain(..).collect();
+                if seq.is_some() {
+                    self.journal_steers(id, seq, &steers);
+                }
                 self.end();
                 Ok(SafePoint::Continue(steers))
             }
@@ -866,6 +902,7 @@ impl Forest {
                 _ => None,
             };
             rec.phase = Phase::Terminal(terminal);
+            Forest::trim_journal(rec);
             rec.clear_outstanding();
             if let Some(book) = rec.inputs.as_mut() {
                 // Kept only for a handler re-run; a terminal task has none.

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::ForestConfig;
 use super::forest::Forest;
+use super::journal::Journal;
 use super::record::{Child, Ending, HandlerOutcome, HandlerState, InputBook, PauseState, Phase, TaskRecord};
 use super::table::{Slot, TaskTable};
 use crate::model::IdMap;
@@ -40,6 +41,8 @@ struct StateRef<'a> {
     steers: &'a VecDeque<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     inputs: Option<&'a InputBook>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    journal: Option<&'a Journal>,
     phase: &'a Phase,
 }
 
@@ -62,6 +65,8 @@ struct StateOwned {
     steers: VecDeque<String>,
     #[serde(default)]
     inputs: Option<InputBook>,
+    #[serde(default)]
+    journal: Option<Journal>,
     phase: Phase,
 }
 
@@ -76,7 +81,8 @@ pub fn encode_state(rec: &TaskRecord) -> String {
         message: rec.message.as_deref(),
         fail_fast: rec.fail_fast,
         steers: &rec.steers,
-        inputs: rec.inputs.as_deref(),
+        inputs: rec.inputs.as_deref().filter(|b| !b.has_no_inputs()),
+        journal: rec.journal(),
         phase: &rec.phase,
     };
     serde_json::to_string(&state).expect("task state serializes")
@@ -123,7 +129,13 @@ pub fn decode_state(
         message: s.message,
         fail_fast: s.fail_fast,
         steers: s.steers,
-        inputs: s.inputs.map(Box::new),
+        inputs: match (s.inputs, s.journal) {
+            (None, None) => None,
+            (inputs, journal) => Some(Box::new(InputBook {
+                journal: journal.map(Box::new),
+                ..inputs.unwrap_or_default()
+            })),
+        },
         phase: s.phase,
         touch_epoch: 0,
         expiry_timer: None,
@@ -162,6 +174,9 @@ pub struct Recovery {
     pub failed: Vec<TaskId>,
     /// The root, when its handler is to run again (a resumable tool).
     pub rerun: Option<TaskId>,
+    /// Interrupted tasks below it that wait for their parent's re-run to
+    /// spawn them again (parents first).
+    pub awaiting: Vec<TaskId>,
 }
 
 /// The error of a task whose handler was running when the server stopped.
@@ -345,16 +360,48 @@ impl Forest {
         let root_slot = self.tasks.slot_of(&root).expect("found above");
         self.begin(now);
         let order = self.live_subtree_post_order(root_slot);
+        // Which tasks run again: the root of a resumable tool, and (parents
+        // first: the reverse of the post-order) every interrupted task
+        // spawned in the journal of a task that runs again. Its parent's
+        // re-run spawns it again at its position (`Forest::claim`).
+        let mut again = vec![false; self.tasks.next_slot().index()];
         if rerun {
-            let rec = self.rec_mut(root);
-            rec.message = Some("the server restarted: the handler runs again".to_owned());
-            // Unanswered requests are withdrawn and their keys freed: the
-            // handler asks again when it gets there. Answers stay.
-            if let Some(book) = rec.inputs.as_mut() {
-                let open: Vec<String> = std::mem::take(&mut book.outstanding).into_keys().collect();
-                for key in open {
-                    book.used.remove(&key);
+            again[root_slot.index()] = true;
+            for &t in order.iter().rev() {
+                let rec = &self.tasks[t];
+                if t == root_slot || !again[rec.parent_slot.index()] {
+                    continue;
                 }
+                let marked = rec.journal().is_some_and(|j| j.spawned.is_some());
+                again[t.index()] = marked
+                    && rec
+                        .active()
+                        .is_some_and(|a| a.ending.is_none() && !matches!(a.handler, HandlerState::Exited(_)));
+            }
+            out.rerun = Some(root);
+        }
+        for &t in order.iter().rev() {
+            if !again[t.index()] {
+                continue;
+            }
+            let rec = self.rec_mut_at(t);
+            rec.message = Some(if t == root_slot {
+                "the server restarted: the handler runs again".to_owned()
+            } else {
+                "the server restarted: waiting for its parent's handler to spawn it again".to_owned()
+            });
+            if t != root_slot {
+                rec.journal_mut().awaiting = true;
+                out.awaiting.push(rec.id);
+            }
+            // Unanswered requests are withdrawn and every key without an
+            // answer is freed (one the first run withdrew too): the re-run
+            // asks again when it gets there. Answers stay, and are handed
+            // back when it asks their keys.
+            if let Some(book) = rec.inputs.as_mut() {
+                book.outstanding.clear();
+                let answered = &book.answered;
+                book.used.retain(|k| answered.contains_key(k));
             }
             if let Some(a) = rec.active_mut() {
                 a.handler = HandlerState::Queued;
@@ -371,11 +418,10 @@ impl Forest {
                     PauseState::Unpaused => {}
                 }
             }
-            out.rerun = Some(root);
         }
         let error = std::sync::Arc::new(restart_error());
         for &t in &order {
-            if rerun && t == root_slot {
+            if again[t.index()] {
                 continue;
             }
             let rec = self.rec_mut_at(t);

@@ -169,6 +169,11 @@ pub struct InputBook {
     /// so a handler re-run after a restart gets the same answers.
     #[serde(default)]
     pub(crate) answered: BTreeMap<String, JsonObject>,
+    /// The task's journal in a durable tree (`journal.rs`). Kept in this
+    /// rarely allocated box so a record stays the same size; stored under
+    /// its own key, not with the input book.
+    #[serde(skip)]
+    pub(crate) journal: Option<Box<super::journal::Journal>>,
 }
 
 /// The input book of a task that never asked for input.
@@ -176,6 +181,7 @@ pub(crate) static NO_INPUTS: InputBook = InputBook {
     outstanding: BTreeMap::new(),
     used: BTreeSet::new(),
     answered: BTreeMap::new(),
+    journal: None,
 };
 
 impl InputBook {
@@ -192,6 +198,11 @@ impl InputBook {
     /// Responses delivered while the task is active, by key.
     pub fn answered(&self) -> &BTreeMap<String, JsonObject> {
         &self.answered
+    }
+
+    /// Whether the book holds no input request, key or answer.
+    pub(crate) fn has_no_inputs(&self) -> bool {
+        self.outstanding.is_empty() && self.used.is_empty() && self.answered.is_empty()
     }
 }
 
@@ -361,6 +372,23 @@ impl TaskRecord {
     /// Steer messages queued and not yet delivered, oldest first.
     pub fn queued_steers(&self) -> &VecDeque<String> {
         &self.steers
+    }
+
+    /// The task's journal, in a durable tree (`None` when it recorded nothing).
+    pub fn journal(&self) -> Option<&super::journal::Journal> {
+        self.inputs.as_deref().and_then(|b| b.journal.as_deref())
+    }
+
+    /// The task's journal, created on demand.
+    pub(crate) fn journal_mut(&mut self) -> &mut super::journal::Journal {
+        self.inputs_mut().journal.get_or_insert_with(Box::default)
+    }
+
+    /// Drops the journal.
+    pub(crate) fn clear_journal(&mut self) {
+        if let Some(b) = self.inputs.as_mut() {
+            b.journal = None;
+        }
     }
 
     /// Input requests.

@@ -8,6 +8,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, Stream};
 use tracing::Instrument;
 
+use super::durable::JournalCursor;
 use super::error::{Interrupted, RuntimeError};
 use super::inner::Inner;
 use super::scheduler::Gated;
@@ -54,6 +55,11 @@ pub struct SubtaskOptions {
     /// Earlier siblings that must be terminal before this subtask starts;
     /// their outcomes are in [`TaskContext::dependencies`].
     pub after: Vec<TaskId>,
+    /// What the subtask is, for a durable tree's journal: a re-run that
+    /// spawns something else at this place fails with a divergence error.
+    pub name: Option<String>,
+    /// The digest of the subtask's arguments, checked like `name`.
+    pub args: Option<String>,
 }
 
 impl SubtaskOptions {
@@ -61,6 +67,22 @@ impl SubtaskOptions {
     #[must_use]
     pub fn after(mut self, handles: &[&SubtaskHandle]) -> Self {
         self.after.extend(handles.iter().map(|h| h.id));
+        self
+    }
+
+    /// Names the subtask (a durable tree's journal checks it on a re-run).
+    #[must_use]
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The subtask's arguments, checked by digest on a re-run (they are not
+    /// stored): a re-run that spawns it with other arguments diverges.
+    #[must_use]
+    pub fn args(mut self, args: &impl serde::Serialize) -> Self {
+        let value = serde_json::to_value(args).unwrap_or(serde_json::Value::Null);
+        self.args = Some(super::durable::digest(&value));
         self
     }
 
@@ -80,12 +102,15 @@ impl SubtaskOptions {
 }
 
 /// Why a context call did not return normally.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum TaskError {
     /// The task is being cancelled (or failed): stop and return.
     Interrupted,
     /// The runtime rejected the call (a limit, a duplicate input key...).
     Rejected(RuntimeError),
+    /// A re-run did something else than its first run at this place (see
+    /// [`TaskContext::step`]): the task is failing with this error.
+    Diverged(ErrorObject),
 }
 
 impl std::fmt::Display for TaskError {
@@ -93,6 +118,7 @@ impl std::fmt::Display for TaskError {
         match self {
             TaskError::Interrupted => Interrupted.fmt(f),
             TaskError::Rejected(e) => e.fmt(f),
+            TaskError::Diverged(e) => f.write_str(&e.message),
         }
     }
 }
@@ -104,6 +130,7 @@ impl From<TaskError> for ErrorObject {
         match e {
             TaskError::Interrupted => Interrupted.into(),
             TaskError::Rejected(e) => e.into(),
+            TaskError::Diverged(e) => e,
         }
     }
 }
@@ -146,6 +173,8 @@ pub(crate) struct Started {
     pub(crate) parent: Option<TaskId>,
     pub(crate) deps: Vec<DependencyOutcome>,
     pub(crate) rerun: bool,
+    /// Its journal cursor, in a durable tree.
+    pub(crate) journal: Option<JournalCursor>,
 }
 
 /// The handler's view of its task. Cheap to clone.
@@ -154,9 +183,9 @@ pub(crate) struct Started {
 /// task consistent (an input request whose future is dropped is withdrawn).
 #[derive(Clone)]
 pub struct TaskContext {
-    inner: Arc<Inner>,
-    tree: Arc<TreeCell>,
-    id: TaskId,
+    pub(super) inner: Arc<Inner>,
+    pub(super) tree: Arc<TreeCell>,
+    pub(super) id: TaskId,
     /// The task's place in its forest (O(1) access without hashing).
     slot: Slot,
     parent: Option<TaskId>,
@@ -164,6 +193,8 @@ pub struct TaskContext {
     cell: Arc<TaskCell>,
     deps: Option<Arc<[DependencyOutcome]>>,
     rerun: bool,
+    /// Where the handler is in its journal (a durable tree only).
+    pub(super) journal: Option<JournalCursor>,
 }
 
 impl std::fmt::Debug for TaskContext {
@@ -187,6 +218,7 @@ impl TaskContext {
             // No allocation for the common case of no dependencies.
             deps: (!start.deps.is_empty()).then(|| start.deps.into()),
             rerun: start.rerun,
+            journal: start.journal,
         }
     }
 
@@ -355,11 +387,59 @@ impl TaskContext {
     pub async fn checkpoint(&self) -> Result<Vec<String>, TaskError> {
         let id = self.id;
         let now = || self.inner.now();
-        self.wait_until(true, |st, _| match st.forest.reach_safe_point(now(), id) {
-            Ok(SafePoint::Continue(steers)) => Some(Ok(steers)),
-            Ok(SafePoint::Stop) => Some(Err(TaskError::Interrupted)),
-            Ok(SafePoint::Park) => None,
-            Err(e) => Some(Err(e.into())),
+        let Some(journal) = &self.journal else {
+            return self
+                .wait_until(true, |st, _| match st.forest.reach_safe_point(now(), id) {
+                    Ok(SafePoint::Continue(steers)) => Some(Ok(steers)),
+                    Ok(SafePoint::Stop) => Some(Err(TaskError::Interrupted)),
+                    Ok(SafePoint::Park) => None,
+                    Err(e) => Some(Err(e.into())),
+                })
+                .await;
+        };
+        // A re-run hands back the steers its first run took here; where the
+        // first run took none (another act is recorded at this place), it
+        // takes none either, until it is past what was recorded.
+        let replayed = {
+            let mut c = journal.lock();
+            let seq = c.next;
+            match c.recorded.get(&seq) {
+                Some(crate::core::Recorded::Steers(_)) => {
+                    c.next += 1;
+                    match c.recorded.remove(&seq) {
+                        Some(crate::core::Recorded::Steers(m)) => Some(m),
+                        _ => unreachable!("matched above"),
+                    }
+                }
+                Some(_) => Some(Vec::new()),
+                None if c.replaying() => Some(Vec::new()),
+                None => None,
+            }
+        };
+        if let Some(steers) = replayed {
+            return self
+                .wait_until(true, |st, _| match st.forest.wait_point(now(), id) {
+                    Ok(SafePoint::Continue(_)) => Some(Ok(steers.clone())),
+                    Ok(SafePoint::Stop) => Some(Err(TaskError::Interrupted)),
+                    Ok(SafePoint::Park) => None,
+                    Err(e) => Some(Err(e.into())),
+                })
+                .await;
+        }
+        self.wait_until(true, |st, _| {
+            let mut c = journal.lock();
+            let seq = c.next;
+            match st.forest.reach_safe_point_at(now(), id, Some(seq)) {
+                Ok(SafePoint::Continue(steers)) => {
+                    if !steers.is_empty() {
+                        c.next += 1;
+                    }
+                    Some(Ok(steers))
+                }
+                Ok(SafePoint::Stop) => Some(Err(TaskError::Interrupted)),
+                Ok(SafePoint::Park) => None,
+                Err(e) => Some(Err(e.into())),
+            }
         })
         .await
     }
@@ -477,16 +557,27 @@ impl TaskContext {
                     if let Some(m) = buf.pop_front() {
                         return Some((m, (ctx, buf)));
                     }
+                    if let Some(journal) = &ctx.journal {
+                        // A re-run's stream hands back what the first run's took.
+                        let replayed: Vec<String> = journal.lock().streamed.drain(..).collect();
+                        if !replayed.is_empty() {
+                            buf.extend(replayed);
+                            continue;
+                        }
+                    }
                     let id = ctx.id;
                     let now = ctx.inner.now();
+                    let journaled = ctx.journal.is_some();
                     let got = ctx
-                        .wait_until(false, |st, _| match st.forest.take_steers(now, id) {
-                            Ok(s) if !s.is_empty() => Some(Some(s)),
-                            Ok(_) => match st.forest.task(id) {
-                                Some(r) if !r.is_winding_down() => None,
-                                _ => Some(None),
-                            },
-                            Err(_) => Some(None),
+                        .wait_until(false, |st, _| {
+                            match st.forest.take_steers_journaled(now, id, journaled) {
+                                Ok(s) if !s.is_empty() => Some(Some(s)),
+                                Ok(_) => match st.forest.task(id) {
+                                    Some(r) if !r.is_winding_down() => None,
+                                    _ => Some(None),
+                                },
+                                Err(_) => Some(None),
+                            }
                         })
                         .await;
                     match got {
@@ -522,6 +613,39 @@ impl TaskContext {
         opts: SubtaskOptions,
         body: HandlerBody,
     ) -> Result<SubtaskHandle, TaskError> {
+        let mut mark = None;
+        if let Some(journal) = &self.journal {
+            use crate::core::{Recorded, describe_spawn};
+            let what = super::durable::spawn_identity(opts.name.as_deref(), opts.args.as_deref());
+            let mut c = journal.lock();
+            let seq = c.next;
+            match c.recorded.remove(&seq) {
+                Some(Recorded::Spawn { id, what: was, .. }) => {
+                    drop(c);
+                    if was != what {
+                        return Err(self.diverge(seq, &describe_spawn(&was), &describe_spawn(&what)));
+                    }
+                    journal.lock().next += 1;
+                    return Ok(self.respawn(id, &opts, body));
+                }
+                Some(other) => {
+                    drop(c);
+                    return Err(self.diverge(seq, &other.describe(), &describe_spawn(&what)));
+                }
+                None if c.replaying() => {
+                    drop(c);
+                    return Err(self.diverge(
+                        seq,
+                        "an act that was not recorded (a step still running at the stop)",
+                        &describe_spawn(&what),
+                    ));
+                }
+                None => {
+                    c.next += 1;
+                    mark = Some(crate::core::SpawnMark { seq, what });
+                }
+            }
+        }
         // A subtask that waits for dependencies takes no slot now.
         let slot = if opts.after.is_empty() {
             self.inner.creation_slot(self.tree.root)
@@ -535,7 +659,7 @@ impl TaskContext {
             if let Some(owner) = &st.owner {
                 owner.try_reserve().map_err(TaskError::Rejected)?;
             }
-            let created = st.forest.create_child(
+            let created = st.forest.create_child_marked(
                 now,
                 parent,
                 ChildOptions {
@@ -543,6 +667,7 @@ impl TaskContext {
                     poll_interval_ms: opts.poll_interval_ms,
                     fail_fast: opts.fail_fast,
                 },
+                mark,
             );
             let id = match created {
                 Ok(id) => id,
@@ -599,6 +724,52 @@ impl TaskContext {
         })
     }
 
+    /// A re-run spawns the child its first run spawned at this place:
+    /// a child waiting to run again runs `body` (queued as any new
+    /// subtask, after `opts.after`); a terminal child keeps its stored
+    /// outcome and one whose handler had returned completes with its
+    /// subtasks, `body` unused.
+    fn respawn(&self, id: TaskId, opts: &SubtaskOptions, body: HandlerBody) -> SubtaskHandle {
+        let tree = self.tree.clone();
+        let parent = self.id;
+        let unused = self.with(|st, now, post| {
+            if !st.forest.claim(now, id) {
+                return Some(body);
+            }
+            let job = StartJob {
+                tree: tree.clone(),
+                id,
+                body,
+                deps: opts.after.clone(),
+                rerun: true,
+                meta: None,
+                span: super::span::task_span(
+                    self.cell.span.get().unwrap_or(&tracing::Span::current()),
+                    id,
+                    Some(parent),
+                    tree.root,
+                    tree.label.as_deref(),
+                    None,
+                ),
+            };
+            let pending: Vec<TaskId> = opts
+                .after
+                .iter()
+                .copied()
+                .filter(|d| st.forest.task(*d).is_some_and(|r| !r.is_terminal()))
+                .collect();
+            let queued = super::tree::admit(st, now, job, &pending, Some(&self.inner.sched), post);
+            debug_assert!(queued.is_none(), "a job admitted with a queue is queued");
+            None
+        });
+        // Dropped after the lock: a body may own anything.
+        drop(unused);
+        SubtaskHandle {
+            ctx: self.clone(),
+            id,
+        }
+    }
+
     /// Runs the handler in the task's `span`, turning its return, error,
     /// panic or abort into the task's `finish`.
     pub(crate) fn supervise(
@@ -647,6 +818,7 @@ impl TaskContext {
                 slot: ctx.slot,
                 outcome,
                 cell: ctx.cell.clone(),
+                rerun: ctx.rerun,
             };
             ctx.inner.exit(&ctx.tree, exit);
         }

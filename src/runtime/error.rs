@@ -26,6 +26,9 @@ pub enum RuntimeError {
         /// Names of the steps on the cycle, in order.
         steps: Vec<String>,
     },
+    /// A step's output could not be made durable (the store failed), or
+    /// could not be encoded as JSON.
+    Journal(String),
 }
 
 impl RuntimeError {
@@ -34,9 +37,9 @@ impl RuntimeError {
         match self {
             RuntimeError::Transition(e) => e.error_code(),
             RuntimeError::TooManyLiveTasks { .. } => ErrorCode::INVALID_PARAMS,
-            RuntimeError::InvalidDependency { .. } | RuntimeError::DependencyCycle { .. } => {
-                ErrorCode::INTERNAL_ERROR
-            }
+            RuntimeError::InvalidDependency { .. }
+            | RuntimeError::DependencyCycle { .. }
+            | RuntimeError::Journal(_) => ErrorCode::INTERNAL_ERROR,
         }
     }
 
@@ -65,6 +68,7 @@ impl fmt::Display for RuntimeError {
             RuntimeError::DependencyCycle { steps } => {
                 write!(f, "subtask plan has a dependency cycle: {}", steps.join(" -> "))
             }
+            RuntimeError::Journal(why) => write!(f, "the step could not be journaled: {why}"),
         }
     }
 }

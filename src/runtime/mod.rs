@@ -34,6 +34,7 @@
 
 mod config;
 mod context;
+mod durable;
 mod error;
 mod inner;
 mod lease;
@@ -187,6 +188,33 @@ impl Runtime {
             .expect("a root without an owner has no limit to hit")
     }
 
+    /// Starts `f` as the root of a **durable** tree: its handlers keep a
+    /// journal (subtasks, [steps](TaskContext::step), steers taken), and
+    /// after a stop [`Runtime::recover`] runs the root's handler again in
+    /// place with the body its `rebuild` returns for `call` (what the
+    /// caller needs to rebuild it, stored as JSON): finished subtasks and
+    /// steps are not run again. Without a store it runs as
+    /// [`Runtime::spawn`] does.
+    pub fn spawn_resumable<F, Fut>(&self, opts: RootOptions, call: serde_json::Value, f: F) -> TaskId
+    where
+        F: FnOnce(TaskContext) -> Fut + Send + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let launch = Launch {
+            resumable: true,
+            call,
+        };
+        self.start_root_launch(
+            None,
+            opts,
+            Box::new(move |ctx| Box::pin(f(ctx))),
+            Some(launch),
+            None,
+            None,
+        )
+        .expect("a root without an owner has no limit to hit")
+    }
+
     /// Starts a boxed handler body as a root task owned by `owner`.
     pub(crate) fn start_root(
         &self,
@@ -222,6 +250,7 @@ impl Runtime {
             .create_root(inner.now(), opts)
             .expect("creating a root task has no failure mode");
         let tool = inner.stats.tool(label.as_ref());
+        let journaled = launch.as_ref().is_some_and(|l| l.resumable);
         let tree = Arc::new(TreeCell::new(
             id,
             TreeState {
@@ -232,6 +261,7 @@ impl Runtime {
             },
             label,
             tool,
+            journaled,
         ));
         if let Some(owner) = &owner {
             owner.enlist(&tree);

@@ -34,14 +34,17 @@ pub struct RecoveryReport {
     pub failed: usize,
     /// Root handlers running again (resumable tools).
     pub rerun: usize,
+    /// Subtasks of those that wait for their parent's re-run to spawn them
+    /// again (their finished subtasks and steps are not run again).
+    pub resumed: usize,
 }
 
 impl std::fmt::Display for RecoveryReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} trees, {} tasks; {} were running: {} failed, {} root handlers run again",
-            self.trees, self.tasks, self.interrupted, self.failed, self.rerun
+            "{} trees, {} tasks; {} were running: {} failed, {} root handlers run again, {} subtasks resume in place",
+            self.trees, self.tasks, self.interrupted, self.failed, self.rerun, self.resumed
         )
     }
 }
@@ -183,6 +186,7 @@ impl Runtime {
                 },
                 label,
                 tool,
+                meta.resumable,
             ));
             if let Some(owner) = &tree.state.lock().owner {
                 owner.enlist(&tree);
@@ -198,6 +202,7 @@ impl Runtime {
                 rec
             };
             report.failed += recovery.failed.len();
+            report.resumed += recovery.awaiting.len();
             if let (Some(body), Some(root)) = (body, recovery.rerun) {
                 report.rerun += 1;
                 post.submit(

@@ -360,6 +360,9 @@ pub(crate) struct TreeCell {
     /// (`None`: unlabeled, counted in the runtime's `Stats::unlabeled`;
     /// read it with [`Inner::tool_of`]).
     pub(crate) tool: Option<Arc<ToolStats>>,
+    /// Durable execution: the tree's handlers keep a journal and run
+    /// again in place after a stop (a resumable tool's tree).
+    pub(crate) journaled: bool,
     pub(crate) state: Mutex<TreeState>,
     /// Woken whenever any task of the tree changes.
     pub(crate) changed: Notify,
@@ -385,11 +388,13 @@ impl TreeCell {
         state: TreeState,
         label: Option<Arc<str>>,
         tool: Option<Arc<ToolStats>>,
+        journaled: bool,
     ) -> TreeCell {
         TreeCell {
             root,
             label,
             tool,
+            journaled,
             state: Mutex::new(state),
             changed: Notify::new(),
             exits: Mutex::new(None),
@@ -404,6 +409,8 @@ pub(crate) struct Exit {
     pub(crate) outcome: HandlerOutcome,
     /// Its cell: the scheduler slot is released once the task has settled.
     pub(crate) cell: Arc<TaskCell>,
+    /// The handler was a re-run: children it did not spawn again fail.
+    pub(crate) rerun: bool,
 }
 
 /// Exits applied by one drainer before it hands the rest to a fresh tokio
@@ -671,14 +678,21 @@ impl Inner {
     /// lets queued work run.
     fn apply_exits(self: &Arc<Self>, tree: &Arc<TreeCell>, batch: Vec<Exit>) {
         let mut cells = Vec::with_capacity(batch.len());
+        let mut reruns = Vec::new();
         let finishes: Vec<(TaskId, Slot, HandlerOutcome)> = batch
             .into_iter()
             .map(|exit| {
                 cells.push(exit.cell);
+                if exit.rerun {
+                    reruns.push(exit.id);
+                }
                 (exit.id, exit.slot, exit.outcome)
             })
             .collect();
         self.with_tree(tree, |st, now, _| {
+            for id in reruns {
+                st.forest.fail_unclaimed(now, id);
+            }
             let counts = self.tool_of(tree);
             for cell in &cells {
                 let ran = now
@@ -754,9 +768,17 @@ impl Inner {
             cell.started_ms.store(now.as_millis(), Ordering::Relaxed);
             let span = job.span.clone();
             let _ = cell.span.set(job.span);
-            Some((job.body, span, deps, parent, slot, cell))
+            let journal = tree.journaled.then(|| {
+                let cursor = if rerun {
+                    super::durable::Cursor::replay(st.forest.replay_of(id))
+                } else {
+                    super::durable::Cursor::default()
+                };
+                Arc::new(Mutex::new(cursor))
+            });
+            Some((job.body, span, deps, parent, slot, cell, journal))
         });
-        let Some((body, span, deps, parent, slot, cell)) = started else {
+        let Some((body, span, deps, parent, slot, cell, journal)) = started else {
             return false;
         };
         let start = Started {
@@ -766,6 +788,7 @@ impl Inner {
             parent,
             deps,
             rerun,
+            journal,
         };
         let ctx = TaskContext::new(self.clone(), tree, start);
         tokio::spawn(ctx.supervise(body, span));
