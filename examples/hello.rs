@@ -3,6 +3,13 @@
 //! `cargo run --example hello`, then call `greet_all` with any MCP client
 //! (e.g. `subtask call greet_all '{"names": ["Ada", "Alan"]}' --stream`):
 //! each name is greeted by its own subtask, and the root answers last.
+//!
+//! With `-- --db hello.db` its tasks are kept in a SQLite file, and the
+//! tool is resumable: stop the server mid-way and start it again, and the
+//! tree resumes where it stopped; greetings already made are not made
+//! again (each is a durable step).
+use std::sync::Arc;
+
 use subtask::prelude::*;
 
 /// The arguments of `greet_all`; its input schema is derived from them.
@@ -12,13 +19,14 @@ struct GreetAll {
     names: Vec<String>,
 }
 
-fn server() -> Server {
+fn server(runtime: Runtime) -> Server {
     let spec = ToolSpec::typed::<GreetAll>(
         "greet_all",
         "Greets each name in a subtask.",
         TaskSupport::Optional,
-    );
-    Server::builder(Runtime::new(RuntimeConfig::default()), ServerConfig::default())
+    )
+    .resumable();
+    Server::builder(runtime, ServerConfig::default())
         .tool(spec, |call: ToolCall| async move {
             let GreetAll { names } = match call.args() {
                 Ok(args) => args,
@@ -27,12 +35,15 @@ fn server() -> Server {
             ToolOutcome::task(move |ctx| async move {
                 let mut greetings = Vec::new();
                 for name in names {
-                    greetings.push(
-                        ctx.spawn_subtask(SubtaskOptions::default(), move |ctx| async move {
-                            ctx.checkpoint().await?; // steer and pause take effect here
-                            Ok(text_result(format!("Hello, {name}!")))
-                        })?,
-                    );
+                    // Named: a re-run after a restart checks it spawns the same.
+                    let opts = SubtaskOptions::default().named("greet").args(&name);
+                    greetings.push(ctx.spawn_subtask(opts, move |ctx| async move {
+                        ctx.checkpoint().await?; // steer and pause take effect here
+                        // The work (a model call, say) as a durable step: done
+                        // once, however often the server stops.
+                        let greeting = ctx.step("greet", || async { format!("Hello, {name}!") }).await?;
+                        Ok(text_result(greeting))
+                    })?);
                 }
                 for greeting in &greetings {
                     greeting.clone().await;
@@ -44,10 +55,25 @@ fn server() -> Server {
 }
 
 #[tokio::main]
-async fn main() -> std::io::Result<()> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let runtime = match args.iter().position(|a| a == "--db") {
+        Some(i) => {
+            let path = args.get(i + 1).ok_or("--db needs a path")?;
+            let store = subtask::store::SqliteStore::open(subtask::store::SqliteConfig::new(path))?;
+            Runtime::with_store(RuntimeConfig::default(), Arc::new(store))
+        }
+        None => Runtime::new(RuntimeConfig::default()),
+    };
+    let server = server(runtime);
+    let report = server.recover().await?; // resumes the trees of --db
     let listener = tokio::net::TcpListener::bind("127.0.0.1:8750").await?;
-    println!("serving MCP at http://127.0.0.1:8750/mcp");
-    subtask::server::http::serve(server(), listener, subtask::server::http::shutdown_signal()).await
+    println!(
+        "recovered {} trees; serving MCP at http://127.0.0.1:8750/mcp",
+        report.trees
+    );
+    subtask::server::http::serve(server, listener, subtask::server::http::shutdown_signal()).await?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -64,7 +90,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/mcp", listener.local_addr().unwrap());
         tokio::spawn(subtask::server::http::serve(
-            server(),
+            server(Runtime::new(RuntimeConfig::default())),
             listener,
             std::future::pending(),
         ));

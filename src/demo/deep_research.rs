@@ -102,7 +102,8 @@ pub fn spec() -> ToolSpec {
          <subject>\" to re-plan: queued sub-questions that do not match are cancelled and matching ones \
          added. Status messages report progress; pause and resume take effect between steps. Task \
          support is optional: clients without the tasks extension get the answer synchronously, after \
-         a few seconds.",
+         a few seconds. Resumable: after a server restart the research resumes where it stopped; \
+         finished subtasks and steps (the search and model calls) are not run again.",
         topics.join(", ")
     );
     let schema = json!({
@@ -132,7 +133,39 @@ pub fn spec() -> ToolSpec {
         "required": ["question"],
         "additionalProperties": false
     });
-    ToolSpec::new(NAME, &description, schema, TaskSupport::Optional)
+    ToolSpec::new(NAME, &description, schema, TaskSupport::Optional).resumable()
+}
+
+/// A sub-question as a step's output stores it (the corpus's names are
+/// looked up again when it is read back).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredSq {
+    question: String,
+    keywords: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    facet: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    topic: Option<String>,
+}
+
+impl StoredSq {
+    fn of(sq: &SubQuestion) -> Self {
+        StoredSq {
+            question: sq.question.clone(),
+            keywords: sq.keywords.clone(),
+            facet: sq.facet.map(str::to_owned),
+            topic: sq.topic.map(str::to_owned),
+        }
+    }
+
+    fn into_sq(self) -> SubQuestion {
+        SubQuestion {
+            question: self.question,
+            keywords: self.keywords,
+            facet: self.facet.as_deref().and_then(corpus::facet).map(|f| f.id),
+            topic: self.topic.as_deref().and_then(corpus::topic).map(|t| t.id),
+        }
+    }
 }
 
 /// Answers a `deep_research` call: an `isError` result for bad arguments, otherwise a
@@ -326,7 +359,10 @@ fn spawn_sub_question(
     focused: bool,
 ) -> Result<SubtaskHandle, TaskError> {
     let phase = Arc::new(Mutex::new(Phase::Queued));
-    let opts = SubtaskOptions::default().after(&after.into_iter().collect::<Vec<_>>());
+    let opts = SubtaskOptions::default()
+        .after(&after.into_iter().collect::<Vec<_>>())
+        .named(format!("sub-question {label}"))
+        .args(&sq.question);
     let (s, l, p, sh) = (sq.clone(), label.clone(), phase.clone(), shared.clone());
     let handle = ctx.spawn_subtask(opts, move |c| research(c, sh, s, l, level, p))?;
     let mut plan = shared.plan.lock();
@@ -361,8 +397,19 @@ fn spawn_top_level(
     Ok(format!("{label} (task {})", h.id()))
 }
 
+/// What a steer changes in the plan: decided once, as a step, since it
+/// depends on which sub-questions have started (a re-run takes the same
+/// decision).
+#[derive(Debug, Serialize, Deserialize)]
+struct Replan {
+    /// Labels of the queued sub-questions to cancel.
+    victims: Vec<String>,
+    /// Sub-questions to add.
+    additions: Vec<StoredSq>,
+}
+
 /// Applies a steer to the plan (see the module docs).
-fn replan(ctx: &TaskContext, shared: &Arc<Shared>, steer: &str) -> Result<(), TaskError> {
+async fn replan(ctx: &TaskContext, shared: &Arc<Shared>, steer: &str) -> Result<(), TaskError> {
     let Some(focus) = focus_of(steer) else {
         let change = format!("steer {steer:?} noted; it names no focus (\"focus on ...\"), plan unchanged");
         ctx.set_status_message(change.clone());
@@ -370,36 +417,49 @@ fn replan(ctx: &TaskContext, shared: &Arc<Shared>, steer: &str) -> Result<(), Ta
         return Ok(());
     };
     let focus_terms = terms(&focus);
-    let (victims, claimed, covered) = {
-        let mut plan = shared.plan.lock();
-        plan.focus = Some(focus.clone());
-        plan.focus_terms = focus_terms.clone();
+    let decide = || {
+        let plan = shared.plan.lock();
         let mut victims = Vec::new();
         let mut covered = false;
-        for e in plan.entries.iter_mut().filter(|e| !e.dropped) {
+        for e in plan.entries.iter().filter(|e| !e.dropped) {
             if e.sq.matches(&focus_terms) {
                 covered = true;
             } else if *e.phase.lock() == Phase::Queued {
-                e.dropped = true;
-                victims.push((e.label.clone(), e.handle.clone(), e.sq.question.clone()));
+                victims.push(e.label.clone());
             }
         }
-        (victims, plan.claimed.clone(), covered)
+        let mut additions = plan_focus(&focus, &plan.claimed, victims.len().max(1));
+        if covered && additions.iter().all(|a| a.facet.is_none()) {
+            additions.clear();
+        }
+        let additions = additions.iter().map(StoredSq::of).collect();
+        std::future::ready(Replan { victims, additions })
+    };
+    let decision: Replan = ctx.step(&format!("replan for {focus:?}"), decide).await?;
+    let victims: Vec<(String, SubtaskHandle, String)> = {
+        let mut plan = shared.plan.lock();
+        plan.focus = Some(focus.clone());
+        plan.focus_terms = focus_terms.clone();
+        plan.entries
+            .iter_mut()
+            .filter(|e| !e.dropped && decision.victims.contains(&e.label))
+            .map(|e| {
+                e.dropped = true;
+                (e.label.clone(), e.handle.clone(), e.sq.question.clone())
+            })
+            .collect()
     };
     let mut changes = Vec::new();
     for (label, handle, question) in &victims {
-        // One that started since the check above is cancelled all the same.
+        // One that started since the decision is cancelled all the same.
         let _ = handle.cancel();
         changes.push(format!(
             "cancelled {label} (task {}, not started): {question}",
             handle.id()
         ));
     }
-    let mut additions = plan_focus(&focus, &claimed, victims.len().max(1));
-    if covered && additions.iter().all(|a| a.facet.is_none()) {
-        additions.clear();
-    }
-    for sq in additions {
+    for sq in decision.additions {
+        let sq = sq.into_sq();
         let question = sq.question.clone();
         let label = spawn_top_level(ctx, shared, sq, true)?;
         changes.push(format!("added {label}: {question}"));
@@ -423,7 +483,8 @@ async fn root(ctx: TaskContext, args: ResearchArgs) -> HandlerResult {
     });
     let n = DOCUMENTS.len();
     ctx.set_status_message(format!("planning: scoring {n} documents against the question"));
-    pause_ms(&ctx, args.pace, 200).await;
+    // The (simulated) model call that plans: a durable step.
+    ctx.step("plan", || pause_ms(&ctx, args.pace, 200)).await?;
     let mut pending = ctx.checkpoint().await?;
     let planned = plan(&args.question, args.breadth as usize);
     let list: Vec<&str> = planned.iter().map(|s| s.question.as_str()).collect();
@@ -442,7 +503,7 @@ async fn root(ctx: TaskContext, args: ResearchArgs) -> HandlerResult {
     loop {
         pending.extend(ctx.checkpoint().await?);
         for steer in pending.drain(..) {
-            replan(&ctx, &shared, &steer)?;
+            replan(&ctx, &shared, &steer).await?;
             steers.push(steer);
             pause_ms(&ctx, args.pace, 200).await;
         }
@@ -480,9 +541,10 @@ async fn root(ctx: TaskContext, args: ResearchArgs) -> HandlerResult {
     };
     let after: Vec<&SubtaskHandle> = handles.iter().collect();
     let (sh, q, f) = (shared.clone(), args.question.clone(), focus.clone());
-    let synth = ctx.spawn_subtask(SubtaskOptions::default().after(&after), move |c| {
-        synthesize(c, sh, q, f, planned, changes)
-    })?;
+    let synth = ctx.spawn_subtask(
+        SubtaskOptions::default().after(&after).named("synthesize"),
+        move |c| synthesize(c, sh, q, f, planned, changes),
+    )?;
     let synth_id = synth.id();
     ctx.set_status_message(format!("synthesizing the answer (task {synth_id})"));
     let outcome = synth.await;
@@ -562,14 +624,18 @@ fn research(
         ctx.set_status_message(format!("{label}: searching {scope}: {}", sq.question));
         let s = sq.clone();
         let pace = shared.args.pace;
-        let search = ctx.spawn_subtask(SubtaskOptions::default(), move |c| search(c, s, pace))?;
+        let search = ctx.spawn_subtask(SubtaskOptions::default().named("search"), move |c| {
+            search(c, s, pace)
+        })?;
         let s = sq.clone();
-        let read = ctx.spawn_subtask(SubtaskOptions::default().after(&[&search]), move |c| {
-            read(c, s, pace)
-        })?;
-        let summarize = ctx.spawn_subtask(SubtaskOptions::default().after(&[&read]), move |c| {
-            summarize(c, pace)
-        })?;
+        let read = ctx.spawn_subtask(
+            SubtaskOptions::default().after(&[&search]).named("read"),
+            move |c| read(c, s, pace),
+        )?;
+        let summarize = ctx.spawn_subtask(
+            SubtaskOptions::default().after(&[&read]).named("summarize"),
+            move |c| summarize(c, pace),
+        )?;
         let steps = Steps {
             search: search.id(),
             read: read.id(),
@@ -599,7 +665,21 @@ fn research(
 
         if finding.reason.is_none() && !finding.notes.is_empty() && level < shared.args.depth {
             let mut handles: Vec<(String, String, SubtaskHandle)> = Vec::new();
-            for (i, f) in choose_follow_ups(&shared, &sq).into_iter().enumerate() {
+            // Which follow-ups a sub-question claims depends on which of its
+            // siblings got there first: a step, so a re-run claims the same.
+            let picked: Vec<StoredSq> = ctx
+                .step("choose follow-ups", || {
+                    let picked = choose_follow_ups(&shared, &sq).iter().map(StoredSq::of).collect();
+                    std::future::ready(picked)
+                })
+                .await?;
+            let picked: Vec<SubQuestion> = picked.into_iter().map(StoredSq::into_sq).collect();
+            shared
+                .plan
+                .lock()
+                .claimed
+                .extend(picked.iter().filter_map(|f| f.facet));
+            for (i, f) in picked.into_iter().enumerate() {
                 let (l, q) = (format!("{label}.{}", i + 1), f.question.clone());
                 let after = handles.last().map(|(_, _, h)| h.clone());
                 let h = spawn_sub_question(&ctx, &shared, f, l.clone(), level + 1, after.as_ref(), false)?;
@@ -651,7 +731,8 @@ async fn search(ctx: TaskContext, sq: SubQuestion, pace: u32) -> HandlerResult {
         ctx.checkpoint().await?;
         let last = (first + 3).min(pool);
         ctx.set_status_message(format!("searching: scanning documents {first}-{last} of {pool}"));
-        pause_ms(&ctx, pace, 100).await;
+        ctx.step(&format!("scan {first}-{last}"), || pause_ms(&ctx, pace, 100))
+            .await?;
     }
     let hits = corpus::search(&sq.keywords, sq.topic, 3);
     let titles: Vec<&str> = hits.iter().map(|(d, _)| d.title).collect();
@@ -684,14 +765,19 @@ async fn read(ctx: TaskContext, sq: SubQuestion, pace: u32) -> HandlerResult {
     for (i, d) in docs.iter().enumerate() {
         ctx.checkpoint().await?;
         ctx.set_status_message(format!("reading {}/{}: {}", i + 1, docs.len(), d.title));
-        pause_ms(&ctx, pace, 200).await;
-        let excerpt = corpus::excerpt(&d.body, &sq.keywords, 2);
-        notes.push(Note {
-            doc_id: d.id.into(),
-            title: d.title.into(),
-            source: d.source.into(),
-            excerpt,
-        });
+        // The (simulated) model call that reads a source: a durable step.
+        let note: Note = ctx
+            .step(&format!("read {}", d.id), || async {
+                pause_ms(&ctx, pace, 200).await;
+                Note {
+                    doc_id: d.id.into(),
+                    title: d.title.into(),
+                    source: d.source.into(),
+                    excerpt: corpus::excerpt(&d.body, &sq.keywords, 2),
+                }
+            })
+            .await?;
+        notes.push(note);
     }
     let text = format!("took notes on {} sources", notes.len());
     Ok(structured_result(text, json!({"notes": notes})))
@@ -705,10 +791,10 @@ async fn summarize(ctx: TaskContext, pace: u32) -> HandlerResult {
     };
     ctx.checkpoint().await?;
     ctx.set_status_message(format!("condensing {} notes", notes.len()));
-    pause_ms(&ctx, pace, 200).await;
+    ctx.step("condense", || pause_ms(&ctx, pace, 200)).await?;
     ctx.checkpoint().await?;
     ctx.set_status_message("checking citations");
-    pause_ms(&ctx, pace, 100).await;
+    ctx.step("check citations", || pause_ms(&ctx, pace, 100)).await?;
     let summary = if notes.is_empty() {
         "No document in the corpus addresses this.".to_owned()
     } else {
@@ -853,7 +939,8 @@ async fn synthesize(
         "writing the answer from {} sub-questions",
         sub_questions.len()
     ));
-    pause_ms(&ctx, pace, 200).await;
+    // The (simulated) model call that writes the answer: a durable step.
+    ctx.step("write the answer", || pause_ms(&ctx, pace, 200)).await?;
     ctx.checkpoint().await?;
 
     let mut t = format!("Question: {question}\n");

@@ -187,8 +187,9 @@ pub fn spec() -> ToolSpec {
          completes); `inputAt` makes one node ask for input with key \"confirm-<path>\" before its \
          steps (any answer continues). At most 10000 nodes. Task support is optional: clients that \
          declared the tasks extension get a task tree to watch, steer and pause; other clients get \
-         the root's result synchronously. Resumable: after a server restart a running fanout task \
-         runs again from the start (its earlier subtasks fail with a restart error).",
+         the root's result synchronously. Resumable: after a server restart a running fanout tree \
+         resumes where it stopped (finished nodes and steps are not run again; running nodes run \
+         again in place).",
         json!({
             "type": "object",
             "properties": {
@@ -307,7 +308,8 @@ fn node(
             for i in 0..args.width {
                 let child = format!("{path}.{i}");
                 let (a, p) = (args.clone(), child.clone());
-                let h = ctx.spawn_subtask(SubtaskOptions::default(), move |c| node(c, a, p, level + 1))?;
+                let opts = SubtaskOptions::default().named(format!("node {child}"));
+                let h = ctx.spawn_subtask(opts, move |c| node(c, a, p, level + 1))?;
                 children.push((child, h));
             }
         }
@@ -329,9 +331,14 @@ fn node(
             steers.extend(ctx.checkpoint().await?);
             ctx.set_status_message(format!("node {path}: step {step}/{}", args.steps));
             // A step's work stands for a wait on something outside the
-            // runtime (a model, a remote service): the slot goes back meanwhile.
-            ctx.external(tokio::time::sleep(Duration::from_millis(args.step_ms)))
-                .await;
+            // runtime (a model, a remote service): the slot goes back
+            // meanwhile. A durable step: after a restart a finished one is
+            // not run again.
+            let ms = args.step_ms;
+            ctx.step(&format!("step {step}"), || {
+                ctx.external(tokio::time::sleep(Duration::from_millis(ms)))
+            })
+            .await?;
         }
 
         let mut fold = Fold {

@@ -27,6 +27,12 @@ use super::context::{TaskContext, TaskError};
 use super::error::RuntimeError;
 use crate::core::{Entry, Recorded, divergence_error};
 
+/// The log target of durable execution's debug lines: a handler starts
+/// (`rerun` when it runs again after a stop), a step runs, is recorded
+/// (durably) or is replayed. `RUST_LOG=info,subtask::journal=debug` shows
+/// them; the crash tests count them.
+pub const JOURNAL_TARGET: &str = "subtask::journal";
+
 /// Where a running handler of a durable tree is in its journal.
 #[derive(Debug, Default)]
 pub(crate) struct Cursor {
@@ -129,6 +135,7 @@ impl TaskContext {
         };
         match recorded {
             Some(Recorded::Step { name: was, output }) if was == name => {
+                tracing::debug!(target: JOURNAL_TARGET, task = %self.id, seq, step = name, "step replayed");
                 return serde_json::from_value(output).map_err(|e| {
                     self.diverge(
                         seq,
@@ -140,6 +147,7 @@ impl TaskContext {
             Some(other) => return Err(self.diverge(seq, &other.describe(), &format!("step {name:?}"))),
             None => {}
         }
+        tracing::debug!(target: JOURNAL_TARGET, task = %self.id, seq, step = name, "step runs");
         let value = work().await;
         let output = serde_json::to_value(&value)
             .map_err(|e| TaskError::Rejected(RuntimeError::Journal(e.to_string())))?;
@@ -152,6 +160,7 @@ impl TaskContext {
             st.forest.record_entry(now, self.id, entry)
         })?;
         self.journal_durable().await?;
+        tracing::debug!(target: JOURNAL_TARGET, task = %self.id, seq, step = name, "step recorded");
         Ok(value)
     }
 

@@ -63,6 +63,7 @@ use futures::Stream;
 pub use crate::model::TaskOutcome;
 pub use config::RuntimeConfig;
 pub use context::{DependencyOutcome, HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError};
+pub use durable::JOURNAL_TARGET;
 pub use error::{Interrupted, RuntimeError};
 pub use lease::LeaseGate;
 pub use plan::SubtaskPlan;

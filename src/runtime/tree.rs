@@ -781,6 +781,9 @@ impl Inner {
         let Some((body, span, deps, parent, slot, cell, journal)) = started else {
             return false;
         };
+        if journal.is_some() {
+            tracing::debug!(target: super::durable::JOURNAL_TARGET, task = %id, rerun, "handler starts");
+        }
         let start = Started {
             id,
             slot,
