@@ -52,6 +52,7 @@ use driver::{Trigger, check_log, end_round, read_everything, restart};
 use model::{Before, Model};
 use scratch::Scratch;
 use support::process::ServerProcess;
+use support::redone::Redone;
 use support::seed::{Rng, env_u64};
 
 /// Hang guard for every tree to end after the last restart.
@@ -81,6 +82,32 @@ async fn sigkill_at_random_moments_loses_nothing_acknowledged_on_postgres() {
     crash_test(Some(url), rounds).await;
 }
 
+/// The tasks a client has seen completed so far.
+fn completed_tasks(model: &Mutex<Model>) -> std::collections::HashSet<String> {
+    let m = model.lock().unwrap();
+    m.tasks
+        .iter()
+        .filter(|(_, t)| t.terminal.as_ref().is_some_and(|s| model::status_of(s) == "completed"))
+        .map(|(id, _)| id.clone())
+        .collect()
+}
+
+/// Reads one process's log into `redone` and reports finished work it ran again.
+fn check_redone(
+    model: &Mutex<Model>,
+    redone: &mut Redone,
+    log: &std::path::Path,
+    completed: &std::collections::HashSet<String>,
+) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let (steps, tasks) = (redone.steps_redone.len(), redone.tasks_redone.len());
+    redone.feed(&text, completed, &log.display().to_string());
+    let mut m = model.lock().unwrap();
+    for v in redone.steps_redone[steps..].iter().chain(&redone.tasks_redone[tasks..]) {
+        m.violate(format!("finished work ran again: {v}"));
+    }
+}
+
 /// `rounds` kills on the SQLite file of a scratch directory, or on the
 /// PostgreSQL database `pg`.
 async fn crash_test(pg: Option<String>, rounds: u64) {
@@ -108,6 +135,10 @@ async fn crash_test(pg: Option<String>, rounds: u64) {
     let model = Arc::new(Mutex::new(Model::default()));
     let mut before: HashMap<String, Before> = HashMap::new();
     let mut kills: Vec<String> = Vec::new();
+    // What each server process's handlers ran, from its log: nothing a
+    // client had seen completed, and no step that had been recorded, may
+    // run again in a later process.
+    let mut redone = Redone::default();
 
     for r in 0..rounds {
         let durability = if rng.chance(0.3) { "relaxed" } else { "full" };
@@ -120,10 +151,12 @@ async fn crash_test(pg: Option<String>, rounds: u64) {
         args.extend(same_instance.iter().cloned());
         let log = scratch.0.join(format!("server-{r:02}.log"));
         model.lock().unwrap().epoch += 1;
+        let completed = completed_tasks(&model);
 
         // Some kills land during start-up and recovery, before the server answers.
         if r > 0 && rng.chance(0.1) {
-            let server = ServerProcess::spawn(&bin, &args, &log);
+            let env = [("RUST_LOG", support::redone::RUST_LOG)];
+            let server = ServerProcess::spawn_env(&bin, &args, &log, &env);
             tokio::time::sleep(Duration::from_millis(rng.range(0, 60))).await;
             let exited_early = server.exited();
             server.kill();
@@ -145,6 +178,7 @@ async fn crash_test(pg: Option<String>, rounds: u64) {
                     .violate(format!("the server ended by itself: {status:?}"));
             }
             check_log(&model, &log);
+            check_redone(&model, &mut redone, &log, &completed);
             println!("round {r:2}: killed during start-up ({durability})");
             kills.push("start-up".into());
             fail_on_violations(&model, seed, &format!("in round {r}"));
@@ -212,6 +246,7 @@ async fn crash_test(pg: Option<String>, rounds: u64) {
                 .violate(format!("the server exited by itself: {s}"));
         }
         end_round(&round, &model).await;
+        check_redone(&model, &mut redone, &log, &completed);
         {
             let m = model.lock().unwrap();
             let running = m.running_trees().len();
@@ -231,6 +266,7 @@ async fn crash_test(pg: Option<String>, rounds: u64) {
     // The last start: nothing is killed any more; every tree must end.
     let log = scratch.0.join("server-final.log");
     model.lock().unwrap().epoch += 1;
+    let completed = completed_tasks(&model);
     let mut args: Vec<String> = vec!["--db".into(), db.clone()];
     args.extend(same_instance.iter().cloned());
     let round = restart(&bin, &model, &args, &log, &before).await;
@@ -239,6 +275,7 @@ async fn crash_test(pg: Option<String>, rounds: u64) {
     read_everything(&round).await;
     check_final(&mut model.lock().unwrap());
     end_round(&round, &model).await;
+    check_redone(&model, &mut redone, &log, &completed);
     fail_on_violations(&model, seed, "at the end");
 
     let m = model.lock().unwrap();
@@ -246,27 +283,30 @@ async fn crash_test(pg: Option<String>, rounds: u64) {
     acks.sort();
     let st = &m.stats;
     println!(
-        "crash test: seed {seed}: {} kills, {} trees, {} tasks; across restarts: {} tasks failed by the \
-         restart, {} fanout roots ran again ({} with an answer to hand back, {} paused), {} tasks parked \
-         on input; {} cancels of parked tasks; {} terminal notifications; acks {acks:?}; {:.1} s",
+        "crash test: seed {seed}: {} kills, {} trees, {} tasks; across restarts: {} tasks resumed in place \
+         ({} with an answer to hand back, {} paused), {} failed by the restart, {} tasks parked on input; \
+         {} cancels of parked tasks; {} terminal notifications; acks {acks:?}; journal: {}; {:.1} s",
         kills.len(),
         st.trees,
         m.tasks.len(),
-        st.restart_failures,
         st.reruns_seen,
         st.answers_across_restart,
         st.pauses_across_restart,
+        st.restart_failures,
         st.parked_across_restart,
         st.parked_cancels,
         st.sse_terminal,
+        redone.summary(),
         started.elapsed().as_secs_f64()
     );
     // The kills must have hit running work, or the run proved little (with
     // a handful of rounds an unlucky seed may legitimately kill only idle
     // servers, so the guard needs enough rounds).
     assert!(
-        rounds < 10 || m.stats.restart_failures > 0,
-        "no task was failed by a restart in {rounds} rounds: the kills hit no running work"
+        rounds < 10 || (m.stats.reruns_seen > 0 && redone.reruns > 0 && redone.steps_replayed > 0),
+        "no task resumed in place and no step was replayed in {rounds} rounds: the kills hit no running work \
+         ({})",
+        redone.summary()
     );
     assert!(m.stats.trees > 0);
 }

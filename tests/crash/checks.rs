@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::model::{Before, Model, RESTARTED, Tool, answer, ids, is_terminal, restart_failed, status_of};
+use crate::model::{Before, Model, Tool, answer, ids, is_terminal, restart_failed, status_of};
 
 // ----- checks after a restart and at the end ---------------------------------------------
 
@@ -18,38 +18,31 @@ pub fn check_restart(model: &mut Model, before: &HashMap<String, Before>, seen: 
         let Some(snap) = seen.get(id) else { continue };
         let status = status_of(snap);
         let terminal = is_terminal(status);
-        if (b.tool == Tool::Research || !b.is_root) && !terminal {
+        // Both tools are resumable: a task that was running resumes in
+        // place (its parent's re-run spawns it again), it is not failed.
+        if !b.terminal && restart_failed(snap) {
+            model.stats.restart_failures += 1;
             v.push(format!(
-                "task {id} ({}, {}) is {status} after the restart: its handler was lost, so it must have \
-                 ended: {snap}",
+                "task {id} ({}, {}) of a resumable tool was failed by the restart instead of resuming in \
+                 place: {snap}",
                 b.tool.name(),
                 if b.is_root { "root" } else { "subtask" },
             ));
         }
         if b.parked_on_input {
             model.stats.parked_across_restart += 1;
-            if b.tool == Tool::Fanout && b.is_root {
-                if terminal {
-                    v.push(format!(
-                        "fanout root {id} waited for input and was not touched, yet it ended across the \
-                         restart instead of running again: {snap}"
-                    ));
-                }
-            } else if !restart_failed(snap) {
+            if terminal {
                 v.push(format!(
-                    "task {id} waited for input and was not touched; after the restart it must be failed \
-                     with reason {RESTARTED}: {snap}"
+                    "task {id} ({}) waited for input and was not touched, yet it ended across the restart \
+                     instead of running again: {snap}",
+                    b.tool.name()
                 ));
             }
         }
         if b.pause_held && !b.terminal {
             model.stats.pauses_across_restart += 1;
         }
-        if !b.terminal
-            && b.is_root
-            && b.tool == Tool::Fanout
-            && model.tasks.get(id).is_some_and(|t| !t.answered.is_empty())
-        {
+        if !b.terminal && model.tasks.get(id).is_some_and(|t| !t.answered.is_empty()) {
             // The answer must come back to the handler that runs again.
             model.stats.answers_across_restart += 1;
         }
@@ -58,10 +51,7 @@ pub fn check_restart(model: &mut Model, before: &HashMap<String, Before>, seen: 
                 "pause lost across the restart: fanout root {id} was paused by a client and is {status}: {snap}"
             ));
         }
-        if !b.terminal && restart_failed(snap) {
-            model.stats.restart_failures += 1;
-        }
-        if !b.terminal && b.is_root && b.tool == Tool::Fanout && !terminal {
+        if !b.terminal && !terminal {
             model.stats.reruns_seen += 1;
         }
     }

@@ -319,7 +319,8 @@ pub async fn restart(
     log: &Path,
     before: &HashMap<String, Before>,
 ) -> Arc<Round> {
-    let server = ServerProcess::start(bin, args, log, READY_TIMEOUT)
+    let env = [("RUST_LOG", crate::support::redone::RUST_LOG)];
+    let server = ServerProcess::start_env(bin, args, log, READY_TIMEOUT, &env)
         .await
         .unwrap_or_else(|e| {
             let text = std::fs::read_to_string(log).unwrap_or_default();

@@ -8,6 +8,8 @@ pub mod pg;
 pub mod pg_server;
 #[cfg(feature = "cli")]
 pub mod process;
+#[allow(dead_code)]
+pub mod redone;
 pub mod seed;
 #[cfg(feature = "cli")]
 pub mod store;
