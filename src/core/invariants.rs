@@ -178,13 +178,22 @@ impl Forest {
                     }
                 }
                 Phase::Active(a) => {
-                    // A queued task has no children, except a root queued to run
-                    // again after a restart, whose earlier children are terminal.
-                    if a.handler == HandlerState::Queued && rec.live_children > 0 {
+                    // A queued task has no live children, except one queued to run
+                    // again after a stop (durable execution), whose live children
+                    // all wait for its re-run to spawn them again.
+                    if a.handler == HandlerState::Queued
+                        && rec.live_children > 0
+                        && rec.children.iter().any(|c| {
+                            !self.tasks[c.slot].is_terminal()
+                                && !super::journal::is_awaiting(&self.tasks[c.slot])
+                        })
+                    {
                         return fail(
                             "handler",
                             id,
-                            "a task that is not running has live children".into(),
+                            "a task that is not running has live children (other than ones waiting for its \
+                             re-run)"
+                                .into(),
                         );
                     }
                     if rec.has_outstanding_inputs()
