@@ -476,7 +476,11 @@ mod durability {
         tokio().block_on(async {
             let (url, report) = serve_on(&db).await;
             assert_eq!(report.trees, 1, "{report:?}");
-            assert_eq!((report.rerun, report.resumed, report.failed), (1, 2, 0), "{report:?}");
+            assert_eq!(
+                (report.rerun, report.resumed, report.failed),
+                (1, 2, 0),
+                "{report:?}"
+            );
             let client = Client::http(&url).unwrap();
             let done = tokio::time::timeout(Duration::from_secs(60), client.wait_task(root))
                 .await
@@ -485,7 +489,10 @@ mod durability {
             assert_eq!(done["content"][0]["text"], "research done (2/2)", "{done:?}");
             let tree = client.get(root).await.unwrap();
             let ids = tree.task().child_task_ids.clone();
-            assert_eq!(ids, before, "the same subtasks, resumed in place: nothing appended");
+            assert_eq!(
+                ids, before,
+                "the same subtasks, resumed in place: nothing appended"
+            );
             for id in &ids {
                 assert_eq!(client.get(*id).await.unwrap().status(), TaskStatus::Completed);
             }

@@ -87,7 +87,11 @@ fn completed_tasks(model: &Mutex<Model>) -> std::collections::HashSet<String> {
     let m = model.lock().unwrap();
     m.tasks
         .iter()
-        .filter(|(_, t)| t.terminal.as_ref().is_some_and(|s| model::status_of(s) == "completed"))
+        .filter(|(_, t)| {
+            t.terminal
+                .as_ref()
+                .is_some_and(|s| model::status_of(s) == "completed")
+        })
         .map(|(id, _)| id.clone())
         .collect()
 }
@@ -103,7 +107,10 @@ fn check_redone(
     let (steps, tasks) = (redone.steps_redone.len(), redone.tasks_redone.len());
     redone.feed(&text, completed, &log.display().to_string());
     let mut m = model.lock().unwrap();
-    for v in redone.steps_redone[steps..].iter().chain(&redone.tasks_redone[tasks..]) {
+    for v in redone.steps_redone[steps..]
+        .iter()
+        .chain(&redone.tasks_redone[tasks..])
+    {
         m.violate(format!("finished work ran again: {v}"));
     }
 }

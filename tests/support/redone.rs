@@ -53,7 +53,8 @@ impl Redone {
                     self.reruns += 1;
                 }
                 if completed.contains(&task) {
-                    self.tasks_redone.push(format!("{name}: task {task} was completed, yet: {line}"));
+                    self.tasks_redone
+                        .push(format!("{name}: task {task} was completed, yet: {line}"));
                 }
                 continue;
             }
@@ -63,8 +64,9 @@ impl Redone {
             if what.contains("step runs") {
                 self.steps_run += 1;
                 if self.recorded.contains(&(task.clone(), seq)) {
-                    self.steps_redone
-                        .push(format!("{name}: step {seq} of task {task} was recorded, yet: {line}"));
+                    self.steps_redone.push(format!(
+                        "{name}: step {seq} of task {task} was recorded, yet: {line}"
+                    ));
                 }
             } else if what.contains("step recorded") {
                 self.steps_recorded += 1;
