@@ -345,6 +345,12 @@ struct OpsArgs {
     /// the control tools (implies --agent-tools).
     #[arg(long)]
     background: bool,
+    /// On SIGTERM (or Ctrl-C), how long to wait, in seconds, for running
+    /// handlers to reach their next safe point before exiting; their trees
+    /// resume where they stopped on the next start (or, in a cluster, on
+    /// another instance at once). A second signal exits at once.
+    #[arg(long = "drain-timeout", default_value_t = 10.0)]
+    drain_timeout: f64,
 }
 
 /// How `serve` ended.
@@ -487,12 +493,26 @@ async fn serve(
             None => std::future::pending().await,
         }
     };
+    let drain_for = std::time::Duration::from_secs_f64(ops.drain_timeout.max(0.0));
+    let drainer = server.clone();
+    let drain = move || async move {
+        let report = drainer.runtime().drain(drain_for).await;
+        tracing::info!(
+            busy = report.busy,
+            ms = report.elapsed.as_millis() as u64,
+            durable = report.durable,
+            "drained: running handlers stopped at their safe points"
+        );
+    };
     if stdio {
         tracing::info!("serving MCP on stdio");
-        return tokio::select! {
+        let served = tokio::select! {
             r = subtask::server::stdio::serve_stdio(server) => r.map(|()| Served::Stopped).map_err(|e| format!("stdio: {e}")),
-            () = lost => Ok(Served::LostLease),
+            () = lost => return Ok(Served::LostLease),
         };
+        // The host closed the connection: stop at the safe points, as on SIGTERM.
+        drain().await;
+        return served;
     }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -505,8 +525,19 @@ async fn serve(
     if server.config().metrics {
         tracing::info!("metrics at http://{addr}/metrics");
     }
+    // SIGTERM drains first (the server keeps answering meanwhile; new tasks
+    // are refused), then stops taking connections. A second signal exits.
+    let shutdown = async move {
+        subtask::server::http::shutdown_signal().await;
+        tokio::spawn(async {
+            subtask::server::http::shutdown_signal().await;
+            eprintln!("subtask: a second shutdown signal: exiting at once");
+            std::process::exit(130);
+        });
+        drain().await;
+    };
     tokio::select! {
-        r = subtask::server::http::serve(server, listener, subtask::server::http::shutdown_signal()) => {
+        r = subtask::server::http::serve(server, listener, shutdown) => {
             r.map_err(|e| format!("http: {e}"))?;
         }
         // No graceful drain: the trees are another instance's now.

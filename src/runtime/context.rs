@@ -251,6 +251,29 @@ impl TaskContext {
         super::scheduler::parked(&self.inner, &self.cell, self.tree.root, fut).await
     }
 
+    /// A wait at a safe point (parked, and not busy for a drain). While
+    /// the runtime drains, a handler of a durable tree does not run on
+    /// after it: it stays here until the process ends.
+    async fn safe_wait<F: Future>(&self, fut: F) -> F::Output {
+        let at = super::drain::AtSafePoint::enter(&self.inner);
+        let out = self.parked(fut).await;
+        if self.journal.is_some() && self.inner.drain.is_draining() {
+            self.parked(std::future::pending::<()>()).await;
+        }
+        drop(at);
+        out
+    }
+
+    /// A safe point: while the runtime drains, a handler of a durable tree
+    /// stops here (its slot given back) until the process ends; it resumes
+    /// from its journal on the next start.
+    pub(crate) async fn safe_point(&self) {
+        if self.journal.is_some() && self.inner.drain.is_draining() {
+            let _at = super::drain::AtSafePoint::enter(&self.inner);
+            self.parked(std::future::pending::<()>()).await;
+        }
+    }
+
     /// Awaits `fut`, a wait on something outside the runtime (an LLM or
     /// HTTP call, a database query, a sleep), with this handler's scheduler
     /// slot given back meanwhile, and takes a slot again before returning.
@@ -365,7 +388,7 @@ impl TaskContext {
                 return r;
             }
             if park {
-                self.parked(notified).await;
+                self.safe_wait(notified).await;
             } else {
                 notified.await;
             }
@@ -385,6 +408,7 @@ impl TaskContext {
     ///
     /// Safe: steers are only taken when the call returns them.
     pub async fn checkpoint(&self) -> Result<Vec<String>, TaskError> {
+        self.safe_point().await;
         let id = self.id;
         let now = || self.inner.now();
         let Some(journal) = &self.journal else {
@@ -490,6 +514,7 @@ impl TaskContext {
         request: JsonObject,
     ) -> Result<JsonObject, TaskError> {
         let key = key.into();
+        self.safe_point().await;
         if self.rerun {
             // Replaying after a restart: a key answered before the restart
             // gets the same answer again.
@@ -780,6 +805,7 @@ impl TaskContext {
         let ctx = self;
         async move {
             let counted = ctx.inner.stats.handler_started();
+            ctx.inner.drain.handler_started();
             let gated = Gated::new(body(ctx.clone()), &ctx);
             let run = AssertUnwindSafe(gated).catch_unwind();
             let grace = ctx.inner.config.cancel_grace;
@@ -811,6 +837,7 @@ impl TaskContext {
                 }
             };
             drop(counted);
+            ctx.inner.drain.handler_exited();
             // The task settles (in a batch with other exits of its tree)
             // before its slot lets queued work run.
             let exit = Exit {
@@ -867,6 +894,7 @@ impl SubtaskHandle {
         // Awaiting a subtask parks the parent: a pause takes effect at once,
         // and a parent paused meanwhile does not run on until resumed.
         let ctx = &self.ctx;
+        ctx.safe_point().await;
         let entered = ctx.with(|st, now, _| st.forest.enter_wait(now, ctx.id).is_ok());
         struct Leave<'a>(&'a TaskContext, bool);
         impl Drop for Leave<'_> {
@@ -921,7 +949,7 @@ impl SubtaskHandle {
             {
                 continue;
             }
-            self.ctx.parked(notified).await;
+            self.ctx.safe_wait(notified).await;
         }
     }
 }

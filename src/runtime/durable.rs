@@ -127,6 +127,8 @@ impl TaskContext {
         let Some(journal) = self.journal.clone() else {
             return Ok(work().await);
         };
+        // Before a step nothing is in flight: a drain stops the handler here.
+        self.safe_point().await;
         let (seq, recorded) = {
             let mut c = journal.lock();
             let seq = c.next;

@@ -93,6 +93,9 @@ pub(crate) struct Inner {
     pub(crate) lease: std::sync::OnceLock<Arc<super::LeaseGate>>,
     /// What operators see at `/metrics`.
     pub(crate) stats: super::stats::Stats,
+    /// Draining (`Runtime::drain`): handlers of durable trees stop at their
+    /// next safe point and no queued handler starts.
+    pub(crate) drain: super::drain::DrainState,
 }
 
 /// When the last reference is gone, nothing can start, resume or answer a
@@ -118,6 +121,7 @@ impl Inner {
             store,
             lease: std::sync::OnceLock::new(),
             stats: super::stats::Stats::default(),
+            drain: super::drain::DrainState::default(),
         }
     }
 

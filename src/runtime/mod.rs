@@ -34,6 +34,7 @@
 
 mod config;
 mod context;
+mod drain;
 mod durable;
 mod error;
 mod inner;
@@ -63,6 +64,7 @@ use futures::Stream;
 pub use crate::model::TaskOutcome;
 pub use config::RuntimeConfig;
 pub use context::{DependencyOutcome, HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError};
+pub use drain::DrainReport;
 pub use durable::JOURNAL_TARGET;
 pub use error::{Interrupted, RuntimeError};
 pub use lease::LeaseGate;

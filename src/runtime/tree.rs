@@ -727,6 +727,11 @@ impl Inner {
         let started = self.with_tree(&tree, |st, now, post| {
             post.meta = meta;
             let slot = st.forest.slot_of(id)?;
+            if self.drain.is_draining() && st.forest.task_at(slot).is_some_and(|r| !r.is_terminal()) {
+                // Draining: nothing new starts; it runs on the next start.
+                st.rt.entry(slot).rare_mut().job = Some(job);
+                return None;
+            }
             match st.forest.start(now, id) {
                 Ok(()) => {}
                 Err(TransitionError::Paused(_)) => {

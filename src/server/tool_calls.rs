@@ -216,7 +216,15 @@ impl Server {
             }
             _ => ttl_ms.or(self.inner.config.default_task_ttl_ms),
         };
-        // A store that cannot keep a new task refuses it before it starts.
+        // A draining server (SIGTERM) takes no new task; a store that
+        // cannot keep one refuses it before it starts.
+        if self.inner.runtime.is_draining() {
+            return Err(ErrorObject::new(
+                ErrorCode::INTERNAL_ERROR,
+                "the server is shutting down and takes no new tasks: retry on another instance or after its restart",
+            )
+            .with_data(serde_json::json!({ "reason": "draining" })));
+        }
         self.writable()?;
         // W3C trace context in `_meta` (basic-index.md, "OpenTelemetry
         // trace context"): the root task's span becomes its child.
