@@ -498,8 +498,13 @@ async fn root(ctx: TaskContext, args: ResearchArgs) -> HandlerResult {
     }
     pause_ms(&ctx, args.pace, 150).await;
 
-    // Research until every top-level sub-question is done, re-planning on steers.
+    // Research until every top-level sub-question is done, re-planning on
+    // steers. The turns this loop takes depend only on what the root saw
+    // (`ended`, recorded by a step each turn), never on timing it did not
+    // record, so a re-run after a restart takes the same turns and takes
+    // the same steers at the same checkpoints.
     let mut steers = Vec::new();
+    let mut ended: HashSet<TaskId> = HashSet::new();
     loop {
         pending.extend(ctx.checkpoint().await?);
         for steer in pending.drain(..) {
@@ -512,7 +517,7 @@ async fn root(ctx: TaskContext, args: ResearchArgs) -> HandlerResult {
             let open: Vec<&Entry> = plan
                 .entries
                 .iter()
-                .filter(|e| e.top_level && !e.dropped && *e.phase.lock() != Phase::Done)
+                .filter(|e| e.top_level && !e.dropped && !ended.contains(&e.handle.id()))
                 .collect();
             let status: Vec<String> = open
                 .iter()
@@ -525,9 +530,17 @@ async fn root(ctx: TaskContext, args: ResearchArgs) -> HandlerResult {
         ctx.set_status_message(format!("researching: {}", status.join(", ")));
         // Wake at least every 250 ms to take steers; a sub-question cancelled
         // before it ran never marks itself done, so its outcome does.
-        tokio::select! {
-            _ = next.outcome() => *phase.lock() = Phase::Done,
-            () = pause_ms(&ctx, 1, 250) => {}
+        let done: bool = ctx
+            .step("wait for a sub-question", || async {
+                tokio::select! {
+                    _ = next.outcome() => true,
+                    () = pause_ms(&ctx, 1, 250) => false,
+                }
+            })
+            .await?;
+        if done {
+            *phase.lock() = Phase::Done;
+            ended.insert(next.id());
         }
     }
 
