@@ -43,6 +43,8 @@ use subtask::store::{Durability, MemoryStore, SqliteConfig, SqliteStore, TaskSto
 
 const CREATORS: usize = 64;
 
+#[path = "support/durable.rs"]
+mod durable;
 #[cfg(feature = "postgres")]
 #[path = "../tests/support/pg.rs"]
 mod pg;
@@ -183,6 +185,11 @@ fn main() {
         let _ = run("grouped.db", usize::MAX, 3_000 * scale);
         return;
     }
+    if std::env::var("SUBTASK_BENCH_ONLY").is_ok_and(|v| v == "durable") {
+        // Only the durable execution figures (on SQLite).
+        durable_figures(scale);
+        return;
+    }
     // Warm-up, as large as a measured grouped round: the allocator's memory
     // for 64,000 live tasks is faulted in once here (first-touch page faults
     // cost this VM more than the commits do), then reused by every round.
@@ -223,8 +230,54 @@ fn main() {
         "create_latency_p99: subtask={:.0}",
         percentile(&mut latencies, 0.99)
     );
+    durable_figures(scale);
     #[cfg(feature = "postgres")]
     postgres_figures(scale);
+}
+
+/// Durable execution (`benches/support/durable.rs`): steps against bare
+/// subtasks of the same work in alternating rounds, then resume and drain.
+fn durable_figures(scale: usize) {
+    let per = 100 * scale;
+    println!(
+        "# durable execution: {} resumable roots x {per} acts, SQLite synchronous=FULL with group commit",
+        64
+    );
+    let open = |name: &str| -> Arc<dyn TaskStore> {
+        Arc::new(
+            SqliteStore::open(SqliteConfig {
+                durability: Durability::Full,
+                ..SqliteConfig::new(fresh_db(name))
+            })
+            .expect("open store"),
+        )
+    };
+    let _ = durable::acts_per_s(open("steps-warmup.db"), per, false);
+    let (mut steps, mut spawns) = (Vec::new(), Vec::new());
+    for i in 0..3 {
+        steps.push(durable::acts_per_s(open(&format!("steps-{i}.db")), per, false));
+        spawns.push(durable::acts_per_s(open(&format!("spawns-{i}.db")), per, true));
+        println!(
+            "# durable round {i}: {:.0} steps/s, {:.0} spawned and awaited subtasks/s",
+            steps[i], spawns[i]
+        );
+    }
+    let ratio = median(steps.iter().zip(&spawns).map(|(st, sp)| sp / st).collect());
+    println!("durable_step: subtask={:.0}", median(steps));
+    println!("# a step's time over a bare spawn_subtask's of the same work, same run");
+    println!("step_overhead_ratio: {ratio:.2}");
+    let resume: Vec<f64> = (0..3)
+        .map(|i| durable::resume_10k_ms(&fresh_db(&format!("resume-{i}.db"))))
+        .collect();
+    println!(
+        "# resume: 10,001 tasks, 5,101 unfinished, from opening the store to every unfinished handler running"
+    );
+    println!("resume_10k_ms: subtask={:.0}", median(resume));
+    let drain: Vec<f64> = (0..3)
+        .map(|i| durable::drain_ms(&fresh_db(&format!("drain-{i}.db"))))
+        .collect();
+    println!("# drain: 1,000 resumable handlers at a safe point every 10 ms, until all stopped and durable");
+    println!("drain_ms: subtask={:.0}", median(drain));
 }
 
 /// Prints each round as a `#` line, then the medians of the grouped and
@@ -342,6 +395,16 @@ fn postgres_figures(scale: usize) {
             "pg_group_commit_ratio",
         ],
     );
+    let steps: Vec<f64> = (0..3)
+        .map(|i| {
+            durable::acts_per_s(
+                open(&format!("bench_pg_steps_{i}"), usize::MAX),
+                100 * scale,
+                false,
+            )
+        })
+        .collect();
+    println!("durable_step_pg: subtask={:.0}", median(steps));
     #[cfg(feature = "demo")]
     nonowner::figure(&pg);
     #[cfg(not(feature = "demo"))]

@@ -255,9 +255,12 @@ impl TaskContext {
     /// the runtime drains, a handler of a durable tree does not run on
     /// after it: it stays here until the process ends.
     async fn safe_wait<F: Future>(&self, fut: F) -> F::Output {
+        if self.journal.is_none() {
+            return self.parked(fut).await;
+        }
         let at = super::drain::AtSafePoint::enter(&self.inner);
         let out = self.parked(fut).await;
-        if self.journal.is_some() && self.inner.drain.is_draining() {
+        if self.inner.drain.is_draining() {
             self.parked(std::future::pending::<()>()).await;
         }
         drop(at);
@@ -805,7 +808,12 @@ impl TaskContext {
         let ctx = self;
         async move {
             let counted = ctx.inner.stats.handler_started();
-            ctx.inner.drain.handler_started();
+            // A drain waits for the handlers of durable trees (the others
+            // cannot resume: they are not stopped, nor waited for).
+            let durable = ctx.journal.is_some();
+            if durable {
+                ctx.inner.drain.handler_started();
+            }
             let gated = Gated::new(body(ctx.clone()), &ctx);
             let run = AssertUnwindSafe(gated).catch_unwind();
             let grace = ctx.inner.config.cancel_grace;
@@ -837,7 +845,9 @@ impl TaskContext {
                 }
             };
             drop(counted);
-            ctx.inner.drain.handler_exited();
+            if durable {
+                ctx.inner.drain.handler_exited();
+            }
             // The task settles (in a batch with other exits of its tree)
             // before its slot lets queued work run.
             let exit = Exit {

@@ -8,10 +8,11 @@
 //! another instance of a cluster, once this one leaves): its finished steps
 //! and subtasks are not run again, and it had nothing unrecorded in flight.
 //!
-//! A handler counts as *busy* from its start to its exit, except while it
-//! waits at a safe point. Handlers of trees that are not durable are not
-//! stopped (they cannot resume: they finish if the time allows, and are
-//! failed by the restart otherwise), but the drain waits for them as well.
+//! A handler of a durable tree counts as *busy* from its start to its
+//! exit, except while it waits at a safe point. Handlers of trees that are
+//! not durable are neither stopped nor waited for (they cannot resume: they
+//! run on until the process exits, and the restart fails them), so the
+//! drain costs them nothing.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
