@@ -238,7 +238,10 @@ fn main() {
 /// Durable execution (`benches/support/durable.rs`): steps against bare
 /// subtasks of the same work in alternating rounds, then resume and drain.
 fn durable_figures(scale: usize) {
-    let per = 100 * scale;
+    let per = std::env::var("SUBTASK_BENCH_DURABLE_PER")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100 * scale);
     println!(
         "# durable execution: {} resumable roots x {per} acts, SQLite synchronous=FULL with group commit",
         64

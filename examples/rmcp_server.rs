@@ -407,7 +407,6 @@ mod durability {
 
     use serde_json::json;
     use subtask::client::CallStart;
-    use subtask::model::TaskPayload;
     use subtask::store::{SqliteConfig, SqliteStore};
 
     use super::*;

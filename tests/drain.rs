@@ -71,11 +71,12 @@ async fn sigterm_stops_at_safe_points_and_the_restart_redoes_nothing() {
     let first_log = dir.0.join("first.log");
     let server = start(&bin, &db, &first_log, &["--drain-timeout", "20"]).await;
     let client = Client::new(server.addr(), full_caps());
-    // 1 + 8 nodes of 40 steps of 25 ms: about a second of work per node.
+    // 1 + 8 nodes of 10 steps of 150 ms: a drain waits for the steps in
+    // flight (up to 150 ms), long enough to see a request refused.
     let root = client
         .start_task(
             "fanout",
-            json!({"width": 8, "depth": 1, "steps": 40, "stepMs": 25}),
+            json!({"width": 8, "depth": 1, "steps": 10, "stepMs": 150}),
         )
         .await;
     let kids = client.until_children(&root, 8).await;
@@ -148,10 +149,10 @@ async fn sigterm_stops_at_safe_points_and_the_restart_redoes_nothing() {
         "second",
     );
     assert!(redone.steps_redone.is_empty(), "{:?}", redone.steps_redone);
-    assert_eq!(redone.steps_recorded, 9 * 40, "{}", redone.summary());
+    assert_eq!(redone.steps_recorded, 9 * 10, "{}", redone.summary());
     assert_eq!(
         redone.steps_run,
-        9 * 40,
+        9 * 10,
         "after a drain no step runs twice, not even one in flight at the signal: {}",
         redone.summary()
     );

@@ -71,6 +71,19 @@ pub enum Effect {
         /// When.
         at: Timestamp,
     },
+    /// A durable task's handler did something its journal keeps (a step's
+    /// output, steers it took, a patch marker): append it to the task's
+    /// journal in the store. The record itself is not written for it.
+    Journaled {
+        /// The task.
+        id: TaskId,
+        /// Its slot in the forest ([`Forest::task_at`](super::Forest::task_at)).
+        slot: Slot,
+        /// The entry's place in the task's journal (0, 1, 2...).
+        n: u32,
+        /// The entry.
+        entry: super::journal::Entry,
+    },
     /// A whole tree was deleted (after its TTL and grace, or on request).
     TreeDeleted {
         /// The root.

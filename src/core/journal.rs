@@ -15,8 +15,17 @@
 //!   (see `docs/durability.md`, "Changing a tool's code").
 //!
 //! Steers taken from the stream of steers are kept apart, in order
-//! (`streamed`): a stream runs beside the handler's code, not in its order.
-//! Input answers need no entry: they are kept by key in the input book.
+//! ([`Entry::Streamed`]): a stream runs beside the handler's code, not in
+//! its order. Input answers need no entry: they are kept by key in the
+//! input book.
+//!
+//! Entries are *appended*: each is one row of the store's journal
+//! ([`Effect::Journaled`](super::Effect::Journaled)), written with the
+//! command's other writes, and the task's record is not rewritten for it,
+//! so a step costs the same however many came before. The record keeps
+//! only the spawn mark, the waiting flag and how many entries were
+//! appended; a tree loaded from a store gets its entries back from the
+//! rows (they are not part of the record's state).
 //!
 //! A re-run reads the merged journal (the task's entries and its children's
 //! marks, by sequence number) and matches each act against it; the core
@@ -72,13 +81,19 @@ pub enum Entry {
         /// The patch's name.
         id: String,
     },
+    /// Steer messages the stream of steers took (no act: in stream order).
+    Streamed {
+        /// The messages, oldest first.
+        messages: Vec<String>,
+    },
 }
 
 impl Entry {
-    /// The act's sequence number.
-    pub fn seq(&self) -> u32 {
+    /// The act's sequence number (`None` for streamed steers).
+    pub fn seq(&self) -> Option<u32> {
         match self {
-            Entry::Step { seq, .. } | Entry::Steers { seq, .. } | Entry::Patch { seq, .. } => *seq,
+            Entry::Step { seq, .. } | Entry::Steers { seq, .. } | Entry::Patch { seq, .. } => Some(*seq),
+            Entry::Streamed { .. } => None,
         }
     }
 }
@@ -89,12 +104,14 @@ pub struct Journal {
     /// How the parent spawned this task (set on creation in a durable tree).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spawned: Option<SpawnMark>,
-    /// The handler's own acts, in the order they were recorded.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// The entries loaded from the store (for a re-run), in the order they
+    /// were appended. Not part of the record's state: they are the store's
+    /// journal rows (see the module documentation).
+    #[serde(default, skip_serializing)]
     pub entries: Vec<Entry>,
-    /// Steers taken from the stream of steers, oldest first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub streamed: Vec<String>,
+    /// How many entries the task appended so far (the next one's place).
+    #[serde(default, skip_serializing)]
+    pub appended: u32,
     /// The task's handler was interrupted by a stop and waits for its
     /// parent's re-run to spawn it again ([`Forest::claim`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -103,7 +120,7 @@ pub struct Journal {
 
 impl Journal {
     fn is_empty(&self) -> bool {
-        self.spawned.is_none() && self.entries.is_empty() && self.streamed.is_empty() && !self.awaiting
+        self.spawned.is_none() && self.entries.is_empty() && !self.awaiting
     }
 }
 
@@ -182,17 +199,23 @@ impl Forest {
         };
         let mut streamed = Vec::new();
         if let Some(j) = rec.journal() {
-            streamed.clone_from(&j.streamed);
             for e in &j.entries {
-                let act = match e {
-                    Entry::Step { name, output, .. } => Recorded::Step {
-                        name: name.clone(),
-                        output: output.clone(),
-                    },
-                    Entry::Steers { messages, .. } => Recorded::Steers(messages.clone()),
-                    Entry::Patch { id, .. } => Recorded::Patch(id.clone()),
+                let (seq, act) = match e {
+                    Entry::Step { seq, name, output } => (
+                        *seq,
+                        Recorded::Step {
+                            name: name.clone(),
+                            output: output.clone(),
+                        },
+                    ),
+                    Entry::Steers { seq, messages } => (*seq, Recorded::Steers(messages.clone())),
+                    Entry::Patch { seq, id } => (*seq, Recorded::Patch(id.clone())),
+                    Entry::Streamed { messages } => {
+                        streamed.extend(messages.iter().cloned());
+                        continue;
+                    }
                 };
-                acts.insert(e.seq(), act);
+                acts.insert(seq, act);
             }
         }
         for (position, child) in rec.children.iter().enumerate() {
@@ -212,23 +235,37 @@ impl Forest {
     }
 
     /// Records an act of the running handler of `id` (a step's output, a
-    /// patch marker): the task's record is written with it.
+    /// patch marker): appended to its journal in the store
+    /// ([`Effect::Journaled`](super::Effect::Journaled)); the record is not
+    /// written for it.
     ///
     /// # Errors
     ///
     /// `NotStarted`/`HandlerFinished`/`Terminal`/`UnknownTask`.
     pub fn record_entry(&mut self, now: Timestamp, id: TaskId, entry: Entry) -> Result<(), TransitionError> {
-        let (_, a) = self.get_active(id)?;
+        let (slot, _, a) = self.active_slot(id)?;
         if a.handler != HandlerState::Running {
             return Err(match a.handler {
                 HandlerState::Queued => TransitionError::NotStarted(id),
                 _ => TransitionError::HandlerFinished(id),
             });
         }
-        self.begin(now);
-        self.rec_mut(id).journal_mut().entries.push(entry);
-        self.end();
+        let _ = now;
+        self.append(slot, entry);
         Ok(())
+    }
+
+    /// Appends `entry` to the journal of the task in `slot` (an effect; no
+    /// record write).
+    fn append(&mut self, slot: super::table::Slot, entry: Entry) {
+        let Some(rec) = self.tasks.at_mut(slot) else {
+            return;
+        };
+        let id = rec.id;
+        let j = rec.journal_mut();
+        let n = j.appended;
+        j.appended += 1;
+        self.emit(super::Effect::Journaled { id, slot, n, entry });
     }
 
     /// Sets the spawn mark of a child just created (in the same command
@@ -247,14 +284,15 @@ impl Forest {
         if messages.is_empty() {
             return;
         }
-        let j = self.rec_mut(id).journal_mut();
-        match seq {
-            Some(seq) => j.entries.push(Entry::Steers {
-                seq,
-                messages: messages.to_vec(),
-            }),
-            None => j.streamed.extend_from_slice(messages),
-        }
+        let Some(slot) = self.tasks.slot_of(&id) else {
+            return;
+        };
+        let messages = messages.to_vec();
+        let entry = match seq {
+            Some(seq) => Entry::Steers { seq, messages },
+            None => Entry::Streamed { messages },
+        };
+        self.append(slot, entry);
     }
 
     /// The re-run handler of `id` finished: every child still waiting to
@@ -342,7 +380,6 @@ impl Forest {
     pub(crate) fn trim_journal(rec: &mut super::record::TaskRecord) {
         if let Some(j) = rec.inputs.as_mut().and_then(|b| b.journal.as_deref_mut()) {
             j.entries = Vec::new();
-            j.streamed = Vec::new();
         }
         if rec.journal().is_some_and(Journal::is_empty) {
             rec.clear_journal();

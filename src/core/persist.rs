@@ -131,10 +131,21 @@ pub fn decode_state(
         steers: s.steers,
         inputs: match (s.inputs, s.journal) {
             (None, None) => None,
-            (inputs, journal) => Some(Box::new(InputBook {
-                journal: journal.map(Box::new),
-                ..inputs.unwrap_or_default()
-            })),
+            (inputs, mut journal) => {
+                if let Some(j) = journal.as_mut() {
+                    // Entries come from the store's journal rows: the next
+                    // one appended takes the next place. A terminal task
+                    // never runs again: its entries are not kept.
+                    j.appended = j.entries.len() as u32;
+                    if matches!(s.phase, Phase::Terminal(_)) {
+                        j.entries = Vec::new();
+                    }
+                }
+                Some(Box::new(InputBook {
+                    journal: journal.map(Box::new),
+                    ..inputs.unwrap_or_default()
+                }))
+            }
         },
         phase: s.phase,
         touch_epoch: 0,

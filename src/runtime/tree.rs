@@ -557,6 +557,8 @@ impl Inner {
                     }
                 }
                 Effect::ArmTimer { at } => post.arm = Some(post.arm.map_or(at, |a| a.min(at))),
+                // Written above (`write_for_effect`); nothing wakes on it.
+                Effect::Journaled { .. } => {}
                 Effect::TreeDeleted { root, ids } => {
                     counts.deleted(ids.len());
                     post.tree_changed = true;

@@ -932,13 +932,7 @@ async fn take_over(node: &Arc<Node>, server: &Server) -> Result<(), StoreError> 
         }
         let roots = claimed.clone();
         let trees = node
-            .blocking(move |c| {
-                Ok(crate::store::postgres_trees(c.query(
-                    "SELECT id, root, parent, position, version, state, owner, resumable, launch
-                     FROM subtask_tasks WHERE root = ANY($1) ORDER BY seq",
-                    &[&roots],
-                )?))
-            })
+            .blocking(move |c| Ok(crate::store::postgres_trees(c, Some(&roots))))
             .await??;
         let report = server.adopt(trees).await?;
         tracing::info!(%report, "took over trees of a dead instance");

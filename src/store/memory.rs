@@ -15,6 +15,8 @@ struct State {
     trees: HashMap<TaskId, TreeMeta>,
     tasks: HashMap<TaskId, StoredTask>,
     by_root: HashMap<TaskId, Vec<TaskId>>,
+    /// Journal entries by task, in order.
+    journal: HashMap<TaskId, Vec<String>>,
 }
 
 /// A [`TaskStore`] in memory: batches are applied (and "durable") when submitted.
@@ -65,7 +67,17 @@ impl TaskStore for MemoryStore {
                     st.trees.remove(&root);
                     for id in st.by_root.remove(&root).unwrap_or_default() {
                         st.tasks.remove(&id);
+                        st.journal.remove(&id);
                     }
+                }
+                WriteOp::AppendJournal(row) => {
+                    let entries = st.journal.entry(row.task).or_default();
+                    debug_assert_eq!(
+                        entries.len(),
+                        row.n as usize,
+                        "journal rows are appended in order"
+                    );
+                    entries.push(row.entry);
                 }
                 // No inbox in memory.
                 WriteOp::Receipt { .. } => {}
@@ -90,11 +102,16 @@ impl TaskStore for MemoryStore {
         let st = self.state.lock();
         let mut out = Vec::with_capacity(st.trees.len());
         for (root, meta) in &st.trees {
-            let tasks = st
+            let mut tasks: Vec<StoredTask> = st
                 .by_root
                 .get(root)
                 .map(|ids| ids.iter().filter_map(|id| st.tasks.get(id).cloned()).collect())
                 .unwrap_or_default();
+            for t in &mut tasks {
+                if let Some(entries) = st.journal.get(&t.id) {
+                    t.state = super::with_journal(&t.state, entries)?;
+                }
+            }
             out.push(StoredTree {
                 meta: meta.clone(),
                 tasks,

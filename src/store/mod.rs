@@ -60,7 +60,7 @@ use std::task::{Poll, Waker};
 
 pub use memory::MemoryStore;
 #[cfg(all(feature = "postgres", feature = "server"))]
-pub(crate) use postgres::trees_of_rows as postgres_trees;
+pub(crate) use postgres::read_trees as postgres_trees;
 #[cfg(feature = "postgres")]
 pub use postgres::{
     Membership, PG_SCHEMA_VERSION, PostgresConfig, PostgresStore, Registration, instance_application_name,
@@ -160,6 +160,52 @@ pub enum WriteOp {
         /// The answer, as JSON text.
         answer: String,
     },
+    /// Appends an entry to a task's journal (durable execution): a row of
+    /// its own, deleted with the tree, handed back by `load` inside the
+    /// task's state (see [`with_journal`]).
+    AppendJournal(JournalRow),
+}
+
+/// One entry of a task's journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalRow {
+    /// The tree.
+    pub root: TaskId,
+    /// The task.
+    pub task: TaskId,
+    /// The entry's place in the task's journal (0, 1, 2...).
+    pub n: u32,
+    /// The entry, as JSON text.
+    pub entry: String,
+}
+
+/// A task's stored state with its journal rows (JSON texts, in order)
+/// put back in, as `load` hands it out: the state's `journal.entries`.
+///
+/// # Errors
+///
+/// The state or an entry is not JSON (the store is damaged).
+pub fn with_journal(state: &str, entries: &[String]) -> Result<String, StoreError> {
+    if entries.is_empty() {
+        return Ok(state.to_owned());
+    }
+    let corrupt = |e: serde_json::Error| StoreError::Corrupt(format!("a task's journal: {e}"));
+    let mut v: Value = serde_json::from_str(state).map_err(corrupt)?;
+    let rows: Vec<Value> = entries
+        .iter()
+        .map(|e| serde_json::from_str(e))
+        .collect::<Result<_, _>>()
+        .map_err(corrupt)?;
+    let Some(obj) = v.as_object_mut() else {
+        return Err(StoreError::Corrupt("a task's state is not a JSON object".into()));
+    };
+    let journal = obj
+        .entry("journal")
+        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    if let Some(j) = journal.as_object_mut() {
+        j.insert("entries".into(), Value::Array(rows));
+    }
+    Ok(v.to_string())
 }
 
 impl WriteOp {
@@ -170,6 +216,7 @@ impl WriteOp {
             WriteOp::PutTask(t) => t.root,
             WriteOp::DeleteTree(r) => *r,
             WriteOp::Receipt { root, .. } => *root,
+            WriteOp::AppendJournal(row) => row.root,
         }
     }
 }

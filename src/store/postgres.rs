@@ -106,6 +106,16 @@ const MIGRATIONS: &[&str] = &[
         VALUES ('00000000-0000-0000-0000-000000000000', 0, 'epoch', true);
     UPDATE subtask_tasks SET holder = '00000000-0000-0000-0000-000000000000' WHERE parent IS NULL;
 ",
+    "
+    CREATE TABLE subtask_journal (
+        root  UUID NOT NULL,
+        task  UUID NOT NULL,
+        n     INTEGER NOT NULL,
+        entry TEXT NOT NULL,
+        PRIMARY KEY (task, n)
+    );
+    CREATE INDEX subtask_journal_root ON subtask_journal (root);
+",
 ];
 
 /// The schema version this build writes.
@@ -572,6 +582,8 @@ struct Folded {
     tasks: Vec<(StoredTask, Option<TreeMeta>)>,
     /// Inbox receipts: (seq, answer).
     receipts: Vec<(i64, String)>,
+    /// Journal rows to append: (root, task, n, entry).
+    journal: Vec<(uuid::Uuid, uuid::Uuid, i32, String)>,
     /// Every tree the group wrote, once (for a cluster's change
     /// notifications).
     roots: Vec<uuid::Uuid>,
@@ -617,11 +629,17 @@ fn fold(group: &[(u64, WriteBatch)]) -> Folded {
                     out.deleted.push(uuid(*root));
                 }
                 WriteOp::Receipt { seq, answer, .. } => out.receipts.push((*seq, answer.clone())),
+                WriteOp::AppendJournal(row) => {
+                    out.journal
+                        .push((uuid(row.root), uuid(row.task), row.n as i32, row.entry.clone()));
+                }
             }
         }
     }
     // A tree deleted in this group writes nothing more (its ids never come back).
     out.tasks.retain(|(t, _)| !gone.contains_key(&t.root));
+    out.journal
+        .retain(|(root, ..)| !gone.contains_key(&task_id(*root)));
     out
 }
 
@@ -730,6 +748,29 @@ fn commit(
     if !f.deleted.is_empty() {
         let st = statements.get(&mut tx, "DELETE FROM subtask_tasks WHERE root = ANY($1)")?;
         tx.execute(&st, &[&f.deleted])?;
+        let st = statements.get(&mut tx, "DELETE FROM subtask_journal WHERE root = ANY($1)")?;
+        tx.execute(&st, &[&f.deleted])?;
+    }
+    if !f.journal.is_empty() {
+        let n = f.journal.len();
+        let (mut root, mut task, mut at, mut entry) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for (r, t, i, e) in &f.journal {
+            root.push(*r);
+            task.push(*t);
+            at.push(*i);
+            entry.push(e.as_str());
+        }
+        let st = statements.get(
+            &mut tx,
+            "INSERT INTO subtask_journal (root, task, n, entry)
+             SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[])",
+        )?;
+        tx.execute(&st, &[&root, &task, &at, &entry])?;
     }
     if !f.tasks.is_empty() {
         let n = f.tasks.len();
@@ -863,11 +904,60 @@ fn writer_loop(
     }
 }
 
+/// The trees `roots` (all when `None`), with their journals.
+pub(crate) fn read_trees(
+    client: &mut Client,
+    roots: Option<&[uuid::Uuid]>,
+) -> Result<Vec<StoredTree>, StoreError> {
+    let (rows, journal) = match roots {
+        None => (
+            client.query(
+                "SELECT id, root, parent, position, version, state, owner, resumable, launch
+                 FROM subtask_tasks ORDER BY seq",
+                &[],
+            ),
+            client.query("SELECT task, n, entry FROM subtask_journal ORDER BY task, n", &[]),
+        ),
+        Some(roots) => (
+            client.query(
+                "SELECT id, root, parent, position, version, state, owner, resumable, launch
+                 FROM subtask_tasks WHERE root = ANY($1) ORDER BY seq",
+                &[&roots],
+            ),
+            client.query(
+                "SELECT task, n, entry FROM subtask_journal WHERE root = ANY($1) ORDER BY task, n",
+                &[&roots],
+            ),
+        ),
+    };
+    trees_of_rows(rows.map_err(io)?, journal.map_err(io)?)
+}
+
 /// Trees from rows of `SELECT id, root, parent, position, version, state,
-/// owner, resumable, launch`, in the order read.
-pub(crate) fn trees_of_rows(rows: Vec<postgres::Row>) -> Result<Vec<StoredTree>, StoreError> {
+/// owner, resumable, launch`, in the order read, and their journal rows
+/// (`SELECT task, n, entry`, in task and entry order).
+fn trees_of_rows(
+    rows: Vec<postgres::Row>,
+    journal: Vec<postgres::Row>,
+) -> Result<Vec<StoredTree>, StoreError> {
+    let mut entries: IdMap<Vec<String>> = IdMap::default();
+    for r in &journal {
+        let task = task_id(r.get(0));
+        let n: i32 = r.get(1);
+        let list = entries.entry(task).or_default();
+        if n as usize != list.len() {
+            return Err(StoreError::Corrupt(format!(
+                "task {task}: journal entry {n} follows {} entries",
+                list.len()
+            )));
+        }
+        list.push(r.get(2));
+    }
     assemble(rows.iter().map(|r| {
-        let task = to_task(row_task(r))?;
+        let mut task = to_task(row_task(r))?;
+        if let Some(list) = entries.get(&task.id) {
+            task.state = super::with_journal(&task.state, list)?;
+        }
         if task.parent.is_some() {
             return Ok((task, None));
         }
@@ -928,24 +1018,18 @@ impl TaskStore for PostgresStore {
 
     fn load(&self) -> Result<Vec<StoredTree>, StoreError> {
         let holder = self.registration.as_ref().map(|r| r.instance);
-        self.shared.read(move |client| {
-            let rows = match holder {
-                None => client.query(
-                    "SELECT id, root, parent, position, version, state, owner, resumable, launch
-                     FROM subtask_tasks ORDER BY seq",
-                    &[],
-                ),
-                // A cluster member loads the trees it holds.
-                Some(me) => client.query(
-                    "SELECT id, root, parent, position, version, state, owner, resumable, launch
-                     FROM subtask_tasks
-                     WHERE root IN (SELECT id FROM subtask_tasks WHERE holder = $1)
-                     ORDER BY seq",
-                    &[&me],
-                ),
+        self.shared.read(move |client| match holder {
+            None => read_trees(client, None),
+            // A cluster member loads the trees it holds.
+            Some(me) => {
+                let roots: Vec<uuid::Uuid> = client
+                    .query("SELECT id FROM subtask_tasks WHERE holder = $1", &[&me])
+                    .map_err(io)?
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect();
+                read_trees(client, Some(&roots))
             }
-            .map_err(io)?;
-            trees_of_rows(rows)
         })
     }
 

@@ -42,7 +42,8 @@ use crate::runtime::stats::CommitStats;
 const APPLICATION_ID: i64 = 0x7362_746b;
 
 /// Schema migrations; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
     CREATE TABLE tasks (
         seq       INTEGER PRIMARY KEY,
         id        BLOB NOT NULL,
@@ -55,7 +56,17 @@ const MIGRATIONS: &[&str] = &["
         resumable INTEGER,
         launch    TEXT
     );
-"];
+",
+    "
+    CREATE TABLE journal (
+        root  BLOB NOT NULL,
+        task  BLOB NOT NULL,
+        n     INTEGER NOT NULL,
+        entry TEXT NOT NULL,
+        PRIMARY KEY (root, task, n)
+    ) WITHOUT ROWID;
+",
+];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -469,6 +480,12 @@ impl Writer {
             let mut delete = tx
                 .prepare_cached("DELETE FROM tasks WHERE seq = ?1")
                 .map_err(&e)?;
+            let mut append = tx
+                .prepare_cached("INSERT INTO journal(root, task, n, entry) VALUES (?1, ?2, ?3, ?4)")
+                .map_err(&e)?;
+            let mut delete_journal = tx
+                .prepare_cached("DELETE FROM journal WHERE root = ?1")
+                .map_err(&e)?;
             for (_, batch) in group {
                 for op in &batch.ops {
                     match op {
@@ -534,7 +551,18 @@ impl Writer {
                                 delete.execute(params![rowid]).map_err(&e)?;
                             }
                             new_rows.retain(|r| r.1 != *root);
+                            delete_journal.execute(params![&id_blob(*root)[..]]).map_err(&e)?;
                             deleted.push(*root);
+                        }
+                        WriteOp::AppendJournal(row) => {
+                            append
+                                .execute(params![
+                                    &id_blob(row.root)[..],
+                                    &id_blob(row.task)[..],
+                                    row.n,
+                                    row.entry
+                                ])
+                                .map_err(&e)?;
                         }
                         // One process per SQLite file: no cluster inbox.
                         WriteOp::Receipt { .. } => {}
@@ -831,10 +859,14 @@ fn read_trees(conn: &Connection) -> Result<Vec<StoredTree>, StoreError> {
              ORDER BY seq",
         )
         .map_err(e)?;
+    let journal = read_journal(conn)?;
     let mut rows = stmt.query([]).map_err(e)?;
     let mut read = Vec::new();
     while let Some(r) = rows.next().map_err(e)? {
-        let task = to_task(row_task(r).map_err(e)?)?;
+        let mut task = to_task(row_task(r).map_err(e)?)?;
+        if let Some(entries) = journal.get(&task.id) {
+            task.state = super::with_journal(&task.state, entries)?;
+        }
         if task.parent.is_some() {
             read.push(Ok((task, None)));
             continue;
@@ -854,6 +886,30 @@ fn read_trees(conn: &Connection) -> Result<Vec<StoredTree>, StoreError> {
         read.push(Ok((task, Some(meta))));
     }
     assemble(read)
+}
+
+/// Every task's journal entries, in order.
+fn read_journal(conn: &Connection) -> Result<IdMap<Vec<String>>, StoreError> {
+    let e = |x: rusqlite::Error| StoreError::Corrupt(x.to_string());
+    let mut stmt = conn
+        .prepare("SELECT task, n, entry FROM journal ORDER BY root, task, n")
+        .map_err(e)?;
+    let mut rows = stmt.query([]).map_err(e)?;
+    let mut out: IdMap<Vec<String>> = IdMap::default();
+    while let Some(r) = rows.next().map_err(e)? {
+        let task: Vec<u8> = r.get(0).map_err(e)?;
+        let task = blob_id(&task)?;
+        let n: i64 = r.get(1).map_err(e)?;
+        let entries = out.entry(task).or_default();
+        if n != entries.len() as i64 {
+            return Err(StoreError::Corrupt(format!(
+                "task {task}: journal entry {n} follows {} entries",
+                entries.len()
+            )));
+        }
+        entries.push(r.get(2).map_err(e)?);
+    }
+    Ok(out)
 }
 
 /// For the fuzz harness (`subtask::fuzzing`): an in-memory database with
