@@ -193,3 +193,124 @@ async fn sigterm_stops_at_safe_points_and_the_restart_redoes_nothing() {
     );
     assert!(second.elapsed() < Duration::from_secs(5));
 }
+
+/// `subtask get ID --tree --json`: every task of the tree as (id, parent, status).
+fn tree_of(bin: &std::path::Path, addr: std::net::SocketAddr, id: &str) -> Vec<(String, String, String)> {
+    let out = std::process::Command::new(bin)
+        .args([
+            "get",
+            id,
+            "--tree",
+            "--json",
+            "--url",
+            &format!("http://{addr}/mcp"),
+        ])
+        .output()
+        .expect("run subtask get");
+    assert!(
+        out.status.success(),
+        "subtask get --tree: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let mut all = Vec::new();
+    let mut stack = vec![(v, String::new())];
+    while let Some((t, parent)) = stack.pop() {
+        let id = t["taskId"].as_str().unwrap_or_default().to_owned();
+        all.push((
+            id.clone(),
+            parent,
+            t["status"].as_str().unwrap_or_default().to_owned(),
+        ));
+        for c in t["subtasks"].as_array().into_iter().flatten() {
+            stack.push((c.clone(), id.clone()));
+        }
+    }
+    all
+}
+
+/// The README's walkthrough: `kill -9` during a `deep_research`, start
+/// again, the answer arrives, and `subtask get --tree` shows one
+/// generation of subtasks: every task from before in its place, none
+/// twice, nothing completed run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_deep_research_resumes_with_one_generation_of_subtasks() {
+    let dir = TempDir::new("walkthrough");
+    let bin = support::process::private_binary(&dir.0);
+    let db = dir.0.join("tasks.db");
+    let first_log = dir.0.join("first.log");
+    let server = start(&bin, &db, &first_log, &[]).await;
+    let client = Client::new(server.addr(), full_caps());
+    let root = client
+        .start_task(
+            "deep_research",
+            json!({"question": "How do MCP tasks handle failures?", "breadth": 3, "depth": 2, "pace": 3}),
+        )
+        .await;
+    // Until some subtasks completed and others run.
+    let before = loop {
+        let tree = tree_of(&bin, server.addr(), &root);
+        let done = tree.iter().filter(|t| t.2 == "completed").count();
+        let live = tree.iter().filter(|t| t.2 == "working").count();
+        if done >= 4 && live >= 3 {
+            break tree;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    server.kill();
+    server.wait();
+    let completed: HashSet<String> = before
+        .iter()
+        .filter(|t| t.2 == "completed")
+        .map(|t| t.0.clone())
+        .collect();
+
+    let second_log = dir.0.join("second.log");
+    let server = start(&bin, &db, &second_log, &[]).await;
+    let client = Client::new(server.addr(), full_caps());
+    let done = client.until(&root, is_terminal).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let after = tree_of(&bin, server.addr(), &root);
+    let ids: HashSet<&String> = after.iter().map(|t| &t.0).collect();
+    assert_eq!(ids.len(), after.len(), "a task listed twice");
+    for (id, parent, status) in &before {
+        let now = after.iter().find(|t| &t.0 == id);
+        let Some(now) = now else {
+            panic!("task {id} (was {status}) is gone after the restart")
+        };
+        assert_eq!(&now.1, parent, "task {id} moved");
+        if status == "completed" {
+            assert_eq!(now.2, "completed");
+        }
+    }
+    assert!(
+        after.iter().all(|t| t.2 == "completed" || t.2 == "cancelled"),
+        "every task ended: {after:?}"
+    );
+    let mut redone = Redone::default();
+    redone.feed(
+        &std::fs::read_to_string(&first_log).unwrap(),
+        &HashSet::new(),
+        "first",
+    );
+    redone.feed(
+        &std::fs::read_to_string(&second_log).unwrap(),
+        &completed,
+        "second",
+    );
+    assert!(redone.tasks_redone.is_empty(), "{:?}", redone.tasks_redone);
+    assert!(redone.steps_redone.is_empty(), "{:?}", redone.steps_redone);
+    assert!(
+        redone.reruns > 0 && redone.steps_replayed > 0,
+        "{}",
+        redone.summary()
+    );
+    println!(
+        "walkthrough: {} tasks before the kill ({} completed), {} after; {}",
+        before.len(),
+        completed.len(),
+        after.len(),
+        redone.summary()
+    );
+    server.kill();
+}

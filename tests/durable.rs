@@ -85,7 +85,14 @@ fn root_body(runs: Runs, version: u32) -> HandlerBody {
             let mut handles = Vec::new();
             for i in 0..n {
                 let runs = runs.clone();
-                let name = if version == 2 && i == 1 {
+                // Version 2 changed the code under running trees (a
+                // divergence); version 3 changed it with a patch.
+                let changed = match version {
+                    2 => i == 1,
+                    3 => i == 1 && ctx.patched("rename child1"),
+                    _ => false,
+                };
+                let name = if changed {
                     "other".to_owned()
                 } else {
                     format!("child{i}")
@@ -289,4 +296,67 @@ fn a_rerun_that_spawns_something_else_fails_with_the_position_and_both_acts() {
         drop(rt);
         store.flush().unwrap();
     });
+}
+
+#[test]
+fn a_patched_change_runs_the_old_path_for_old_trees_and_the_new_for_new_ones() {
+    let dir = Dir::new("patch");
+    let runs = Runs::default();
+    let root = first_run(&dir, &runs);
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    tokio.block_on(async {
+        let store = open(&dir);
+        let rt = Runtime::with_store(RuntimeConfig::default(), store.clone());
+        let r = runs.clone();
+        rt.recover(owner_of, move |_meta| {
+            let r = r.clone();
+            async move { Some(root_body(r, 3)) }
+        })
+        .await
+        .unwrap();
+        let kids = children(&rt, root);
+        until("child 2 to ask for input again", || {
+            status(&rt, kids[2]) == Some(TaskStatus::InputRequired)
+        })
+        .await;
+        let mut answer = InputResponses::new();
+        answer.insert("more".into(), obj(serde_json::json!({"add": 1})));
+        rt.update(kids[2], answer).unwrap();
+        let done = rt.wait(root, V).await.unwrap();
+        let TaskPayload::Completed { result } = done.payload() else {
+            panic!("the old tree did not complete on the patched code: {done:?}");
+        };
+        assert_eq!(result["values"], serde_json::json!([0, 10, 21]));
+        assert_eq!(children(&rt, root), kids, "the old path: the same subtasks");
+
+        // A tree started by the patched code takes the new path, and a
+        // stop of it replays the marker.
+        let fresh = rt.spawn_resumable(
+            RootOptions::default(),
+            serde_json::json!({}),
+            root_body(runs.clone(), 3),
+        );
+        let kids = loop {
+            let kids = children(&rt, fresh);
+            if kids.len() == 3 && status(&rt, kids[2]) == Some(TaskStatus::InputRequired) {
+                break kids;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        let mut answer = InputResponses::new();
+        answer.insert("more".into(), obj(serde_json::json!({"add": 2})));
+        rt.update(kids[2], answer).unwrap();
+        let done = rt.wait(fresh, V).await.unwrap();
+        assert!(
+            matches!(done.payload(), TaskPayload::Completed { .. }),
+            "{done:?}"
+        );
+        drop(rt);
+        store.flush().unwrap();
+    });
+    assert_eq!(
+        runs.of("root/plan"),
+        2,
+        "one plan step per tree: the old one was replayed"
+    );
 }
