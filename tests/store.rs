@@ -229,15 +229,20 @@ fn dump(path: &Path) -> Vec<Vec<rusqlite::types::Value>> {
         "SELECT type, name, sql FROM sqlite_master ORDER BY name".to_owned(),
     ];
     let mut stmt = c
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .prepare("SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name")
         .unwrap();
-    let tables: Vec<String> = stmt
-        .query_map([], |r| r.get(0))
+    let tables: Vec<(String, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
         .unwrap()
         .map(|r| r.unwrap())
         .collect();
-    for t in tables {
-        queries.push(format!("SELECT '{t}', rowid, * FROM \"{t}\" ORDER BY rowid"));
+    for (t, sql) in tables {
+        // A table without rowids (the journal) is dumped in key order.
+        if sql.contains("WITHOUT ROWID") {
+            queries.push(format!("SELECT '{t}', * FROM \"{t}\" ORDER BY 1, 2, 3, 4"));
+        } else {
+            queries.push(format!("SELECT '{t}', rowid, * FROM \"{t}\" ORDER BY rowid"));
+        }
     }
     let mut out = Vec::new();
     for q in &queries {
