@@ -275,7 +275,7 @@ async fn drive(rt: Runtime, root: TaskId, seed: u64, acked: Arc<Mutex<HashMap<Ta
     let mut ticks = 0u64;
     loop {
         ticks += 1;
-        if ticks % 2000 == 0 && std::env::var_os("DURABLE_DEBUG").is_some() {
+        if ticks.is_multiple_of(2000) && std::env::var_os("DURABLE_DEBUG").is_some() {
             for id in tasks_of(&rt, root) {
                 eprintln!("  {id}: {:?}", rt.get(id, V));
             }
