@@ -79,8 +79,10 @@ enum Command {
         #[arg(long = "instance-id")]
         instance_id: Option<uuid::Uuid>,
         /// With a PostgreSQL --db: the lease, in seconds. An instance that
-        /// cannot renew it in time stops and exits (status 75); the others
-        /// take its trees over once it expires.
+        /// cannot renew it in time (a database outage, a stall) fences
+        /// itself and rejoins the cluster once the database answers; the
+        /// others take its trees over once it expires. It exits (status
+        /// 75) only when another process registers with its id.
         #[arg(long, default_value_t = 5.0)]
         lease: f64,
         #[command(flatten)]
@@ -243,7 +245,7 @@ fn main() -> ExitCode {
                 Ok(Served::Stopped) => ExitCode::SUCCESS,
                 Ok(Served::LostLease) => {
                     eprintln!(
-                        "subtask: this instance lost its cluster lease; exiting so that it restarts as a new member"
+                        "subtask: another process registered with this instance's id and took its place; exiting"
                     );
                     // At once: nothing of this process may run on (its
                     // trees are another instance's), and dropping the async
@@ -357,8 +359,9 @@ struct OpsArgs {
 enum Served {
     /// A shutdown signal.
     Stopped,
-    /// A cluster instance lost its lease: the process exits (status 75,
-    /// `EX_TEMPFAIL`) and a supervisor restarts it.
+    /// Another process registered with this cluster instance's id (a
+    /// lease lost otherwise is ridden out: the instance fences itself and
+    /// rejoins): the process exits (status 75, `EX_TEMPFAIL`).
     LostLease,
 }
 
@@ -403,10 +406,11 @@ impl StoreChoice {
                     .map_err(|e| format!("cannot open the task database {}: {e}", path.display()))
             }
             StoreChoice::Postgres(cfg) => {
-                let cluster = cfg
-                    .member
-                    .as_ref()
-                    .map(|m| ClusterConfig::new(cfg.url.clone(), m.lease));
+                // A fenced instance rejoins with a store opened as this one.
+                let cluster = cfg.member.as_ref().map(|m| ClusterConfig {
+                    store: cfg.clone(),
+                    ..ClusterConfig::new(cfg.url.clone(), m.lease)
+                });
                 let store = PostgresStore::open(cfg)
                     .map_err(|e| format!("cannot open the PostgreSQL task database: {e}"))?;
                 let joined = store.registration().cloned().zip(cluster);
@@ -496,7 +500,9 @@ async fn serve(
     let drain_for = std::time::Duration::from_secs_f64(ops.drain_timeout.max(0.0));
     let drainer = server.clone();
     let drain = move || async move {
-        let report = drainer.runtime().drain(drain_for).await;
+        // The incarnation serving now (a cluster instance that lost its
+        // lease and rejoined runs a new runtime).
+        let report = drainer.current().runtime().drain(drain_for).await;
         tracing::info!(
             busy = report.busy,
             ms = report.elapsed.as_millis() as u64,

@@ -45,11 +45,16 @@ impl Cluster {
 
     /// An instance with `extra` arguments (`--lease`, `--instance-id`, `--tokens`).
     async fn start(&self, name: &str, extra: &[&str]) -> ServerProcess {
+        // With the journal's debug lines: what handlers ran (`support::redone`).
+        self.start_logging(name, extra, support::redone::RUST_LOG).await
+    }
+
+    /// [`Cluster::start`] with the log filter `rust_log`.
+    async fn start_logging(&self, name: &str, extra: &[&str], rust_log: &str) -> ServerProcess {
         let mut args = vec!["--db".to_owned(), self.url.clone()];
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let log = self.log(name);
-        // With the journal's debug lines: what handlers ran (`support::redone`).
-        let env = [("RUST_LOG", support::redone::RUST_LOG)];
+        let env = [("RUST_LOG", rust_log)];
         ServerProcess::start_env(&self.bin, &args, &log, GUARD, &env)
             .await
             .unwrap_or_else(|e| panic!("instance {name} starts: {e}"))
@@ -190,14 +195,18 @@ async fn any_instance_answers_for_any_tree_and_principals_stay_apart() {
 }
 
 /// An instance stopped past its lease (a zombie) loses its trees to a
-/// survivor, which recovers them as a restart does; once it runs again it
-/// exits with status 75 by itself without answering anything.
+/// survivor, which resumes them in place; once it runs again it
+/// fences itself (it answers nothing from its memory and runs no handler
+/// of the tree it lost) and rejoins the cluster with a new epoch, without
+/// exiting: then it serves again, new trees included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_instance_loses_its_trees_and_exits_when_it_wakes() {
+async fn a_stalled_instance_loses_its_trees_then_fences_itself_and_rejoins() {
     let c = Cluster::new("cluster-zombie").await;
     // Short leases, but not so short that a busy test machine starves a
     // renewal.
-    let a = c.start("a", &["--lease", "2"]).await;
+    // A logs its handlers' starts and ends.
+    let handlers = "info,subtask::handler=debug,subtask::journal=debug";
+    let a = c.start_logging("a", &["--lease", "2"], handlers).await;
     let b = c.start("b", &["--lease", "2"]).await;
     let via_a = Client::new(a.addr(), full_caps());
     let via_b = Client::new(b.addr(), full_caps());
@@ -211,35 +220,51 @@ async fn a_stalled_instance_loses_its_trees_and_exits_when_it_wakes() {
 
     signal(&a, "STOP");
     let stopped = Instant::now();
-    // B takes the tree over: the tree resumes there in place (A's running
-    // children run again on B, nothing appended) and ends.
-    while !read(b.log()).contains("took over trees") {
+    // B takes the tree over and resumes it in place.
+    let took = loop {
+        if read(b.log()).contains("took over trees") {
+            break stopped.elapsed();
+        }
         assert!(
-            stopped.elapsed() < Duration::from_secs(20),
-            "B did not take the tree over: {}",
+            stopped.elapsed() < GUARD,
+            "B never took the tree over: {}",
             read(b.log())
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let took = stopped.elapsed();
+    };
     assert!(
         took < Duration::from_millis(2000 + 1500),
-        "taken over {took:?} after the stop (lease 2 s)"
+        "taken over {took:?} after the stop (lease 2 s): {}",
+        read(b.log())
     );
+    let before = read(a.log()).len();
     signal(&a, "CONT");
     let woke = Instant::now();
-    let status = loop {
-        if let Some(s) = a.exited() {
-            break s;
+    // It fences itself, then rejoins; it never exits.
+    loop {
+        assert!(a.exited().is_none(), "the zombie exited: {}", read(a.log()));
+        let log = read(a.log());
+        let since = &log[before.min(log.len())..];
+        if since.contains("rejoined the cluster") {
+            assert!(since.contains("lost its lease"), "{log}");
+            assert!(since.contains("fenced"), "{log}");
+            break;
         }
         assert!(
-            woke.elapsed() < Duration::from_secs(10),
-            "the zombie kept running"
+            woke.elapsed() < Duration::from_secs(15),
+            "the zombie did not rejoin: {log}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert_eq!(status.code(), Some(75), "{}", read(a.log()));
-    assert!(read(a.log()).contains("lost its lease"), "{}", read(a.log()));
+    }
+    let rejoined = woke.elapsed();
+    // It serves again: a read of the tree B holds, and a tree of its own.
+    let seen = via_a.get(&root).await;
+    assert_eq!(seen["taskId"], root.as_str(), "{seen}");
+    let mine = via_a
+        .start_task("fanout", json!({"width": 1, "depth": 1, "steps": 2, "stepMs": 5}))
+        .await;
+    let done_mine = until(&via_a, &mine, is_terminal).await;
+    assert_eq!(done_mine["status"], "completed", "{done_mine}");
     let done = until(&via_b, &root, is_terminal).await;
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(child_ids(&done), children, "resumed in place: nothing appended");
@@ -247,7 +272,65 @@ async fn a_stalled_instance_loses_its_trees_and_exits_when_it_wakes() {
         let t = via_b.get(c).await;
         assert_eq!(t["status"], "completed", "{t}");
     }
+    // The tree it lost never ran on it again: no handler of it started or
+    // returned there since SIGCONT (its frozen handlers were dropped).
+    let log = read(a.log());
+    let since = &log[before.min(log.len())..];
+    for id in std::iter::once(&root).chain(&children) {
+        let ran = since
+            .lines()
+            .find(|l| l.contains("subtask::handler") && l.contains(&format!("task={id}")));
+        assert!(
+            ran.is_none(),
+            "task {id} of the lost tree ran on the zombie: {ran:?}\n{log}"
+        );
+    }
+    assert!(
+        since.contains(&format!("task={mine}")),
+        "the new tree ran on the rejoined instance: {log}"
+    );
+    assert_eq!(via_b.get(&root).await, via_a.get(&root).await);
+    assert!(a.exited().is_none(), "{log}");
+    println!("the zombie rejoined {rejoined:?} after SIGCONT");
+    a.kill();
     b.kill();
+}
+
+/// Two processes started with one `--instance-id`: the newer registers a
+/// new epoch, and the older one, superseded, stops and exits 75 (it does
+/// not rejoin, which would fence the newer one in turn).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_with_the_same_id_ends_the_first() {
+    let c = Cluster::new("cluster-twice").await;
+    let id = "6d2f6a8e-2c1b-4c55-9a55-0f0d8a1d0c02";
+    let a = c.start("a", &["--instance-id", id, "--lease", "2"]).await;
+    let a2 = c.start("a2", &["--instance-id", id, "--lease", "2"]).await;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = a.exited() {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the older process kept running: {}",
+            read(a.log())
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(75), "{}", read(a.log()));
+    assert!(
+        read(a.log()).contains("another process registered with this instance id"),
+        "{}",
+        read(a.log())
+    );
+    let via_a2 = Client::new(a2.addr(), full_caps());
+    let root = via_a2
+        .start_task("fanout", json!({"width": 1, "depth": 1, "steps": 2, "stepMs": 5}))
+        .await;
+    let done = until(&via_a2, &root, is_terminal).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert!(a2.exited().is_none(), "{}", read(a2.log()));
+    a2.kill();
 }
 
 /// A restart with the same `--instance-id` takes that id's trees back at

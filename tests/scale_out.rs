@@ -5,10 +5,13 @@
 //! creator), and one fault per round at a random moment: SIGKILL of an
 //! instance (restarted later with the same `--instance-id` or a fresh one,
 //! sometimes right away), SIGSTOP of an instance past its lease and SIGCONT
-//! (the zombie must exit with status 75 by itself, saying it lost its
-//! lease; then it is restarted), or a PostgreSQL restart (`pg_ctl stop -m
-//! immediate` and start, well within the lease: every instance rides it
-//! out without exiting).
+//! (the zombie must fence itself and rejoin the cluster with a new epoch by
+//! itself, without exiting, and serve again), or a PostgreSQL restart
+//! (`pg_ctl stop -m immediate` and start: every instance rides it out
+//! without exiting; one that lost its lease in it fences itself and
+//! rejoins). Once per run (the middle round), PostgreSQL stays down for
+//! twice the lease under load: every instance fences itself, none exits,
+//! and every one rejoins once PostgreSQL is back.
 //!
 //! Checks, the crash test's wherever they apply (`crash/model.rs`,
 //! `crash/checks.rs`):
@@ -20,33 +23,36 @@
 //!    restart, within the lease and a little more: non-resumable tasks that
 //!    were running end (`server_restarted` when they were parked on input),
 //!    `fanout` roots run again, pauses hold (`check_restart` on those trees);
-//!    in a last phase without faults every tree ends (`check_final`);
+//!    so are the trees of every instance that fenced itself in a database
+//!    fault; in a last phase without faults every tree ends (`check_final`);
 //! 3. never two live handlers for one task, from the handler events of every
-//!    process's log (`scale_out/logs.rs`): a handler starts while another
-//!    process's is open only when that process was killed, stopped past its
-//!    lease or gone, no process logs a handler event for a task after
-//!    another process started one, and a process stopped past its lease runs
-//!    no handler after SIGCONT;
+//!    process's log (`scale_out/logs.rs`), each incarnation of a process
+//!    (from its start or its rejoining to its next fence) counting as a
+//!    process of its own: a handler starts while another incarnation's is
+//!    open only when that one was killed, stopped past its lease or fenced,
+//!    no incarnation logs a handler event for a task after another started
+//!    one, a process stopped past its lease runs no handler after SIGCONT
+//!    until it rejoined, and no handler runs while an instance is fenced;
 //! 4. every steer is delivered at most once and in order, and every steer
 //!    acknowledged to a completed `fanout` node while its completing run was
 //!    under way on one instance is reported by it;
-//! 5. no instance exits by itself (a zombie's status 75 excepted), and the
-//!    logs hold no panic and no ERROR line but a zombie's lease loss.
+//! 5. no instance exits by itself, and the logs hold no panic and no ERROR
+//!    line but a zombie's writes refused for its lost lease; an instance
+//!    fences itself only when it was stopped past its lease or PostgreSQL
+//!    was away for more than two thirds of it.
 //!
 //! While PostgreSQL restarts, a request that needs it may be answered "the
 //! task database is unavailable" (the shared design's clear error for the
-//! requests in flight): a read is sent again, anything else counts as not
-//! acknowledged. A restart that took longer than two thirds of the lease
-//! (a lease is renewed every third of it) excuses the instances that lost
-//! their lease in it; the run says so. The test's PostgreSQL runs with
-//! `fsync=off`: an immediate stop kills its processes, not the machine, so
-//! what was written survives; and the start then skips syncing the data
-//! directory, which took seconds here and would have outlasted the lease.
+//! requests in flight), and a fenced instance answers "lost its cluster
+//! lease" (`data.reason` `"fenced"`) until it rejoined: a read is sent
+//! again, anything else counts as not acknowledged. The test's PostgreSQL
+//! runs with its default settings (fsync on): its start after an immediate
+//! stop then syncs the data directory, which may outlast the lease.
 //!
 //! `SCALE_SEED=<u64>` replays the random choices (the interleaving with the
 //! processes' own timing is not reproducible), `SCALE_ROUNDS=<n>` sets the
 //! number of rounds (one fault each; default 30), `SCALE_FAULT=kill|stop|
-//! postgres` makes every fault of that kind. The test runs its own
+//! postgres|outage` makes every fault of that kind. The test runs its own
 //! PostgreSQL server (`tests/support/pg_server.rs`, Debian's binaries, which
 //! `scripts/pg.sh` installs), because it restarts it; without the binaries
 //! it fails, naming the fix. A failed run keeps its scratch directory (every
@@ -89,7 +95,7 @@ use checks::{check_final, check_restart};
 use clients::{drive, finish_every_tree};
 use cluster::{Cluster, Proc, instance_id};
 use driver::{Calls, REQUEST_TIMEOUT, Trigger, read_everything};
-use logs::{ProcFacts, bad_lines, check_handlers, check_steers, first_line, tail};
+use logs::{ProcFacts, REJOINED, bad_lines, check_handlers, check_steers, first_line, incarnations, tail};
 use model::{Before, Model, is_terminal, status_of};
 use round::{Fault, FaultKind, MultiRound, Plan, Shared, creator};
 use scratch::Scratch;
@@ -105,10 +111,11 @@ const LEASE_S: f64 = 3.0;
 const TAKEOVER_SLACK: Duration = Duration::from_millis(2500);
 /// Hang guard for a takeover, beyond the lease.
 const SETTLE_GUARD: Duration = Duration::from_secs(15);
-/// Hang guard for a zombie to exit after SIGCONT.
-const ZOMBIE_EXIT_GUARD: Duration = Duration::from_secs(15);
-/// The exit status of an instance that lost its lease.
-const EXIT_LEASE_LOST: i32 = 75;
+/// Hang guard for a fenced instance to rejoin (after SIGCONT, or once
+/// PostgreSQL is back).
+const REJOIN_GUARD: Duration = Duration::from_secs(15);
+/// The long outage lasts this many leases.
+const OUTAGE_LEASES: u32 = 2;
 /// Hang guard for every tree to end in the last phase.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(240);
 
@@ -121,7 +128,8 @@ fn parse_fault(name: &str) -> FaultKind {
         "kill" => FaultKind::Kill,
         "stop" => FaultKind::Stop,
         "postgres" => FaultKind::Postgres,
-        other => panic!("SCALE_FAULT={other:?}: expected kill, stop or postgres"),
+        "outage" => FaultKind::Outage,
+        other => panic!("SCALE_FAULT={other:?}: expected kill, stop, postgres or outage"),
     }
 }
 
@@ -137,21 +145,14 @@ async fn monitor(shared: Arc<Shared>) {
             }
             if let Some(status) = p.server.exited() {
                 p.exit_seen.store(true, Ordering::SeqCst);
-                if status.code() == Some(EXIT_LEASE_LOST) && shared.in_outage() {
-                    // Judged by the PostgreSQL restart, once its length is known.
-                    shared
-                        .outage_exits
-                        .lock()
-                        .unwrap()
-                        .push((p.name.clone(), status.to_string()));
-                } else {
-                    shared.violate(format!(
-                        "instance {} ({}) exited by itself: {status}; its log ends:\n{}",
-                        p.name,
-                        p.instance_id,
-                        tail(p.server.log(), 15)
-                    ));
-                }
+                // A lost lease (a stall, a database outage of any length)
+                // is ridden out: no exit is expected.
+                shared.violate(format!(
+                    "instance {} ({}) exited by itself: {status}; its log ends:\n{}",
+                    p.name,
+                    p.instance_id,
+                    tail(p.server.log(), 15)
+                ));
                 let current = shared.cluster.current(p.slot).is_some_and(|c| c.name == p.name);
                 if current {
                     // Again until it comes up (PostgreSQL may be down).
@@ -250,11 +251,17 @@ async fn settle(
         for p in &others {
             p.refresh_log();
         }
+        // A zombie that rejoined may take trees of its own id back (those
+        // not claimed yet): its runs after SIGCONT are its new incarnation's.
+        proc.refresh_log();
+        // (This fault's SIGCONT: one of an earlier stop does not count.)
+        let continued = proc.continued_at.lock().unwrap().filter(|&c| c > at);
         let mut still = Vec::new();
         for root in pending {
             let rerun = others
                 .iter()
-                .find_map(|p| p.log.lock().unwrap().started_after(&root, at));
+                .find_map(|p| p.log.lock().unwrap().started_after(&root, at))
+                .or_else(|| continued.and_then(|c| proc.log.lock().unwrap().started_after(&root, c)));
             if let Some(t) = rerun {
                 last_ms = last_ms.max(((t - at).max(0) / 1000) as u64);
                 continue;
@@ -345,6 +352,149 @@ fn restart_rules(model: &mut Model, fault: Fault, seen: &HashMap<String, Value>)
     check_restart(model, &before, seen);
 }
 
+/// A database fault: PostgreSQL stopped at once (`-m immediate`), kept
+/// down for `down`, started again (with fsync on, its crash recovery syncs
+/// the data directory), while the clients go on. An instance whose lease
+/// lapsed meanwhile fences itself and must rejoin by itself, without
+/// exiting; one that fenced itself in an outage shorter than two thirds of
+/// the lease (a lease is renewed every third of it) is a violation, and in
+/// a [`FaultKind::Outage`] every instance must fence itself. The trees of
+/// the instances that fenced themselves become the fault's `owned` (the
+/// restart rules apply to them).
+async fn database_fault(
+    shared: &Arc<Shared>,
+    pg: &Arc<support::pg_server::PgServer>,
+    fault: &mut round::Fault,
+    down: Duration,
+) -> String {
+    let lease = shared.cluster.lease();
+    let up = shared.cluster.usable();
+    let p = pg.clone();
+    let t0 = Instant::now();
+    let outage_no = shared.outage_begins();
+    let (stop, start) = tokio::task::spawn_blocking(move || {
+        let t = Instant::now();
+        p.stop().expect("stop PostgreSQL");
+        let stop = t.elapsed();
+        std::thread::sleep(down);
+        let t = Instant::now();
+        p.restart().expect("start PostgreSQL again");
+        (stop, t.elapsed())
+    })
+    .await
+    .unwrap();
+    shared.outage_ends(outage_no);
+    let back = Instant::now();
+    let back_us = logs::now_us();
+    let outage = t0.elapsed();
+    shared.stats().pg_outage_ms.push(outage.as_millis() as u64);
+    if fault.kind == FaultKind::Outage {
+        shared.stats().outage_ms.push(outage.as_millis() as u64);
+    } else if outage * 2 > lease {
+        println!(
+            "note: the PostgreSQL restart took {outage:?} (stop {stop:?}, down {down:?}, start {start:?}), \
+             more than half the lease ({lease:?}); its log ends:\n{}",
+            tail(&pg.log_path(), 12)
+        );
+    }
+    // Long enough for a lease that lapsed in the outage to show: a lease
+    // lapses at most a lease after its last renewal, which was before the
+    // outage began (and is seen within 0.1 s).
+    tokio::time::sleep_until((t0 + lease + Duration::from_secs(1)).into()).await;
+    let ridden = outage * 3 <= lease * 2;
+    let mut fenced = Vec::new();
+    for p in &up {
+        p.refresh_log();
+        let fenced_at = p
+            .log
+            .lock()
+            .unwrap()
+            .fences
+            .iter()
+            .copied()
+            .find(|&f| f > fault.at);
+        match fenced_at {
+            Some(f) => fenced.push((p.clone(), f)),
+            None if fault.kind == FaultKind::Outage && p.server.exited().is_none() => shared.violate(format!(
+                "instance {} kept its lease through a PostgreSQL outage of {outage:?} (lease {lease:?}): it \
+                 should have fenced itself; its log ends:\n{}",
+                p.name,
+                tail(p.server.log(), 15)
+            )),
+            None => {}
+        }
+    }
+    let mut rejoin_max = 0u64;
+    for (p, f) in &fenced {
+        if ridden {
+            shared.violate(format!(
+                "instance {} fenced itself in a PostgreSQL outage of {outage:?}, shorter than two thirds of the \
+                 lease ({lease:?}); its log ends:\n{}",
+                p.name,
+                tail(p.server.log(), 15)
+            ));
+        }
+        shared.fenced_in_outage.lock().unwrap().insert(p.name.clone());
+        // It rejoins by itself once PostgreSQL is back, and never exits.
+        let rejoined = loop {
+            if p.server.exited().is_some() {
+                break None;
+            }
+            if let Some(t) = first_line(p.server.log(), &[REJOINED], *f) {
+                break Some(t);
+            }
+            if back.elapsed() > REJOIN_GUARD {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        match rejoined {
+            Some(t) => {
+                let ms = ((t - back_us).max(0) / 1000) as u64;
+                rejoin_max = rejoin_max.max(ms);
+                let mut st = shared.stats();
+                st.rejoin_ms.push(ms);
+                st.outage_fences += 1;
+            }
+            // An exit is the monitor's to report.
+            None if p.server.exited().is_some() => {}
+            None => shared.violate(format!(
+                "instance {} fenced itself in a PostgreSQL outage of {outage:?} and did not rejoin within \
+                 {REJOIN_GUARD:?} of PostgreSQL being back; its log ends:\n{}",
+                p.name,
+                tail(p.server.log(), 15)
+            )),
+        }
+    }
+    let mut owned: Vec<String> = fenced
+        .iter()
+        .flat_map(|(p, _)| shared.owned_roots(p, fault.at))
+        .collect();
+    owned.sort();
+    owned.dedup();
+    let n = owned.len();
+    fault.owned = owned;
+    format!(
+        "{} PostgreSQL {} (down {} ms){}",
+        if fault.kind == FaultKind::Outage {
+            "kept down"
+        } else {
+            "restarted"
+        },
+        fault.how,
+        outage.as_millis(),
+        if fenced.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} instances fenced themselves and rejoined (at most {rejoin_max} ms after PostgreSQL was \
+                 back), {n} of their trees brought back",
+                fenced.len()
+            )
+        }
+    )
+}
+
 /// Reaps a killed process; it must have died of the SIGKILL.
 async fn reap_killed(shared: &Shared, proc: Arc<Proc>) {
     let p = proc.clone();
@@ -370,12 +520,10 @@ async fn three_instances_on_one_postgres_survive_kills_zombies_and_database_rest
     let started = Instant::now();
     let scratch = Scratch::new("scale", "scale-out test");
     let bin = support::process::private_binary(&scratch.0);
-    // A server of the test's own: it is restarted under the instances.
-    // `fsync=off`: an immediate stop is a crash of the server's processes,
-    // not of the machine, so what was written survives it; and the restart
-    // then skips syncing the data directory, which takes seconds here.
+    // A server of the test's own, with PostgreSQL's default settings
+    // (fsync on): it is restarted under the instances.
     let (pg, url) = tokio::task::spawn_blocking(|| {
-        let server = support::pg_server::PgServer::start_with(&[("fsync", "off")]).unwrap_or_else(|e| {
+        let server = support::pg_server::PgServer::start().unwrap_or_else(|e| {
             panic!(
                 "the scale-out test restarts PostgreSQL, so it starts a server of its own from Debian's \
                  binaries (scripts/pg.sh installs them; apt-get install postgresql): {e}"
@@ -403,7 +551,9 @@ async fn three_instances_on_one_postgres_survive_kills_zombies_and_database_rest
     for r in 0..rounds {
         model.lock().unwrap().epoch += 1;
         let round = MultiRound::new(shared.clone());
-        let kind = forced.unwrap_or_else(|| {
+        // The random choice is made every round, so that a seed replays
+        // the same faults whatever the middle round is.
+        let drawn = {
             let x = rng.range(0, 100);
             if x < 40 {
                 FaultKind::Kill
@@ -412,7 +562,9 @@ async fn three_instances_on_one_postgres_survive_kills_zombies_and_database_rest
             } else {
                 FaultKind::Postgres
             }
-        });
+        };
+        // The middle round: PostgreSQL away for twice the lease.
+        let kind = forced.unwrap_or(if r == rounds / 2 { FaultKind::Outage } else { drawn });
         let slot = rng.below(SLOTS);
         let triggers = [
             Trigger::Create,
@@ -444,8 +596,21 @@ async fn three_instances_on_one_postgres_survive_kills_zombies_and_database_rest
         } else {
             rng.range(1, 4)
         };
+        // The long outage comes under load: trees running on the instances.
+        let new_trees = if kind == FaultKind::Outage {
+            new_trees.max(3)
+        } else {
+            new_trees
+        };
         round.spawn(creator(round.clone(), rng.fork(), new_trees));
-        *round.plan.lock().unwrap() = after_ack.then(|| Plan {
+        if kind == FaultKind::Outage {
+            let loaded = Instant::now();
+            while model.lock().unwrap().running_trees().len() < 3 && loaded.elapsed() < Duration::from_secs(5)
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        *round.plan.lock().unwrap() = (after_ack && kind != FaultKind::Outage).then(|| Plan {
             trigger,
             from: Instant::now() + plan_delay,
             kind,
@@ -458,7 +623,7 @@ async fn three_instances_on_one_postgres_survive_kills_zombies_and_database_rest
         let prefer_busy = rng.chance(0.85);
         let fire = |how: String| {
             let proc = match kind {
-                FaultKind::Postgres => None,
+                FaultKind::Postgres | FaultKind::Outage => None,
                 _ => prefer_busy
                     .then(|| shared.busy_instance())
                     .flatten()
@@ -467,7 +632,10 @@ async fn three_instances_on_one_postgres_survive_kills_zombies_and_database_rest
             };
             shared.begin_fault(kind, proc, how)
         };
-        let fault = if after_ack {
+        let mut fault = if kind == FaultKind::Outage {
+            // At once, under the load just made.
+            fire("with trees running".to_owned())
+        } else if after_ack {
             tokio::select! {
                 () = round.fired_notify.notified() => {}
                 () = tokio::time::sleep(plan_delay + Duration::from_millis(1500)) => {}
@@ -539,7 +707,10 @@ async fn three_instances_on_one_postgres_survive_kills_zombies_and_database_rest
             FaultKind::Stop => {
                 let proc = fault.proc.clone().expect("a stopped instance");
                 shared.stats().zombies += 1;
-                let hold = lease + Duration::from_millis(1500 + rng.range(0, 1500));
+                // Past the lease and the takeover (at most the lease and a
+                // scan after the fault): the zombie wakes to find its trees
+                // taken over.
+                let hold = lease + Duration::from_millis(1000 + rng.range(0, 1000));
                 let settling = tokio::spawn(settle(
                     shared.clone(),
                     proc.clone(),
@@ -550,125 +721,85 @@ async fn three_instances_on_one_postgres_survive_kills_zombies_and_database_rest
                 tokio::time::sleep_until((fault.instant + hold).into()).await;
                 proc.cont();
                 let cont = Instant::now();
-                let status = loop {
+                let continued = proc.continued_at.lock().unwrap().unwrap_or(0);
+                // It fences itself and rejoins the cluster by itself, and
+                // does not exit.
+                let rejoined = loop {
                     if let Some(s) = proc.server.exited() {
-                        break Some(s);
+                        break Err(format!("exited with {s}"));
                     }
-                    if cont.elapsed() > ZOMBIE_EXIT_GUARD {
-                        break None;
+                    if let Some(t) = first_line(proc.server.log(), &[REJOINED], continued) {
+                        break Ok(t);
+                    }
+                    if cont.elapsed() > REJOIN_GUARD {
+                        break Err(format!("did not rejoin within {REJOIN_GUARD:?} of SIGCONT"));
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 };
-                proc.exit_seen.store(true, Ordering::SeqCst);
-                let exit_ms = cont.elapsed().as_millis();
-                match status {
-                    None => {
-                        shared.violate(format!(
-                            "zombie {} ({}) was stopped for {hold:?} (lease {lease:?}) and did not exit within \
-                             {ZOMBIE_EXIT_GUARD:?} of SIGCONT; its log ends:\n{}",
-                            proc.name,
-                            proc.instance_id,
-                            tail(proc.server.log(), 15)
-                        ));
-                        proc.kill();
-                        let p = proc.clone();
-                        tokio::task::spawn_blocking(move || p.server.wait())
-                            .await
-                            .unwrap();
-                    }
-                    Some(s) => {
-                        let text = std::fs::read_to_string(proc.server.log()).unwrap_or_default();
-                        if s.code() != Some(EXIT_LEASE_LOST) || !text.contains("lost its lease") {
+                let said = match rejoined {
+                    Ok(t) => {
+                        let rejoin_ms = ((t - continued).max(0) / 1000) as u64;
+                        if first_line(proc.server.log(), &[logs::FENCED], continued).is_none() {
                             shared.violate(format!(
-                                "zombie {} ({}) exited with {s} after SIGCONT; expected status \
-                                 {EXIT_LEASE_LOST} and \"lost its lease\" in its log, which ends:\n{}",
+                                "zombie {} ({}) rejoined without saying it lost its lease; its log ends:\n{}",
                                 proc.name,
                                 proc.instance_id,
                                 tail(proc.server.log(), 15)
                             ));
                         }
+                        proc.set_rejoined();
+                        // It serves again.
+                        match rpc(&proc.client, "tools/list", json!({}), Duration::from_secs(10)).await {
+                            Ok(Rpc::Ok(_)) => {}
+                            other => shared.violate(format!(
+                                "zombie {} ({}) rejoined but does not serve: tools/list answered {other:?}",
+                                proc.name, proc.instance_id
+                            )),
+                        }
+                        {
+                            let mut st = shared.stats();
+                            st.zombies_rejoined += 1;
+                            st.rejoin_ms.push(rejoin_ms);
+                        }
+                        format!("fenced itself and rejoined {rejoin_ms} ms after SIGCONT")
                     }
-                }
-                let took = settling.await.unwrap();
-                let same = rng.chance(0.5);
-                let id = if same {
-                    proc.instance_id.clone()
-                } else {
-                    instance_id(&mut rng)
+                    Err(e) => {
+                        proc.exit_seen.store(true, Ordering::SeqCst);
+                        shared.violate(format!(
+                            "zombie {} ({}) was stopped for {hold:?} (lease {lease:?}) and {e}; its log ends:\n{}",
+                            proc.name,
+                            proc.instance_id,
+                            tail(proc.server.log(), 15)
+                        ));
+                        if proc.server.exited().is_none() {
+                            proc.kill();
+                        }
+                        let p = proc.clone();
+                        tokio::task::spawn_blocking(move || p.server.wait())
+                            .await
+                            .unwrap();
+                        // The run goes on (its checks run before it fails).
+                        cluster.start(proc.slot, &proc.instance_id).await;
+                        e
+                    }
                 };
-                {
-                    let mut st = shared.stats();
-                    if same {
-                        st.restarts_same_id += 1;
-                    } else {
-                        st.restarts_new_id += 1;
-                    }
-                }
-                cluster.start(proc.slot, &id).await;
+                let took = settling.await.unwrap();
                 format!(
-                    "stopped {} {} for {} ms, exited {exit_ms} ms after SIGCONT; {}; restarted {}",
+                    "stopped {} {} for {} ms, {said}; {}",
                     proc.name,
                     fault.how,
                     hold.as_millis(),
                     taken(&shared, &fault, took, lease),
-                    if same { "with the same id" } else { "with a new id" }
                 )
             }
             FaultKind::Postgres => {
                 shared.stats().pg_restarts += 1;
                 let down = Duration::from_millis(rng.range(0, 400));
-                let p = pg.clone();
-                let t0 = Instant::now();
-                let outage_no = shared.outage_begins();
-                let (stop, start) = tokio::task::spawn_blocking(move || {
-                    let t = Instant::now();
-                    p.stop().expect("stop PostgreSQL");
-                    let stop = t.elapsed();
-                    std::thread::sleep(down);
-                    let t = Instant::now();
-                    p.restart().expect("start PostgreSQL again");
-                    (stop, t.elapsed())
-                })
-                .await
-                .unwrap();
-                shared.outage_ends(outage_no);
-                let outage = t0.elapsed();
-                shared.stats().pg_outage_ms.push(outage.as_millis() as u64);
-                if outage * 2 > lease {
-                    println!(
-                        "note: the PostgreSQL restart took {outage:?} (stop {stop:?}, down {down:?}, start \
-                         {start:?}), more than half the lease ({lease:?}); its log ends:\n{}",
-                        tail(&pg.log_path(), 12)
-                    );
-                }
-                // Long enough for a lease that lapsed in the outage to show.
-                tokio::time::sleep(lease + Duration::from_secs(1)).await;
-                // A lease is renewed every third of it: an outage shorter than
-                // two thirds of the lease must be ridden out by every instance.
-                let exits: Vec<(String, String)> = std::mem::take(&mut *shared.outage_exits.lock().unwrap());
-                let excused = outage * 3 > lease * 2;
-                for (name, status) in &exits {
-                    if excused {
-                        shared.excused.lock().unwrap().insert(name.clone());
-                        println!(
-                            "note: {name} exited ({status}) in a PostgreSQL outage of {outage:?}, longer than \
-                             two thirds of the lease: not held against it"
-                        );
-                    } else {
-                        let log = cluster.by_name(name).map(|p| tail(p.server.log(), 15));
-                        shared.violate(format!(
-                            "instance {name} exited ({status}) in a PostgreSQL outage of {outage:?}, shorter than \
-                             two thirds of the lease ({lease:?}); its log ends:\n{}",
-                            log.unwrap_or_default()
-                        ));
-                    }
-                }
-                shared.stats().excused_exits += if excused { exits.len() } else { 0 };
-                format!(
-                    "restarted PostgreSQL {} (down {} ms)",
-                    fault.how,
-                    outage.as_millis()
-                )
+                database_fault(&shared, &pg, &mut fault, down).await
+            }
+            FaultKind::Outage => {
+                shared.stats().outages += 1;
+                database_fault(&shared, &pg, &mut fault, lease * OUTAGE_LEASES).await
             }
         };
         shared.close_window(&fault);
@@ -735,22 +866,53 @@ async fn three_instances_on_one_postgres_survive_kills_zombies_and_database_rest
     }
     let (handler_stats, steers_checked) = {
         let guards: Vec<_> = all.iter().map(|p| p.log.lock().unwrap()).collect();
-        let facts: Vec<ProcFacts<'_>> = all
+        // Each incarnation of a process (from its start, or from its
+        // registering again after a fence, to its next fence) is a process
+        // of its own for the handler checks; a fenced one is gone from its
+        // fence on, and a handler event while fenced is a violation.
+        let mut fence_violations = Vec::new();
+        let mut parts = Vec::new();
+        for (p, g) in all.iter().zip(&guards) {
+            let (incs, v) = incarnations(&p.name, g);
+            fence_violations.extend(v);
+            let killed_at = *p.killed_at.lock().unwrap();
+            let stops = p.stops.lock().unwrap().clone();
+            let mut start = i64::MIN;
+            let n = incs.len();
+            for (k, inc) in incs.into_iter().enumerate() {
+                let last = k + 1 == n;
+                let end = inc.fenced_at.unwrap_or(i64::MAX);
+                // The stop that made it fence: a SIGSTOP within this
+                // incarnation (its SIGCONT comes before the fence).
+                let stop = stops.iter().find(|(s, _)| *s >= start && *s <= end);
+                let exited_by_itself = last && inc.fenced_at.is_none() && killed_at.is_none();
+                parts.push((
+                    inc.name,
+                    inc.events,
+                    if last { killed_at } else { None },
+                    stop.map(|s| s.0),
+                    stop.and_then(|s| s.1),
+                    match inc.fenced_at {
+                        Some(f) => Some(f),
+                        None if exited_by_itself && p.exit_seen.load(Ordering::SeqCst) => g.last_at,
+                        None => None,
+                    },
+                ));
+                start = inc.next_at.unwrap_or(i64::MAX);
+            }
+        }
+        let facts: Vec<ProcFacts<'_>> = parts
             .iter()
-            .zip(&guards)
-            .map(|(p, g)| {
-                let killed_at = *p.killed_at.lock().unwrap();
-                let stopped_at = *p.stopped_at.lock().unwrap();
-                let exited_by_itself = killed_at.is_none() && stopped_at.is_none();
-                ProcFacts {
-                    name: &p.name,
-                    events: &g.events,
-                    killed_at,
-                    stopped_at,
-                    continued_at: *p.continued_at.lock().unwrap(),
-                    exited_at: if exited_by_itself { g.last_at } else { None },
-                }
-            })
+            .map(
+                |(name, events, killed_at, stopped_at, continued_at, exited_at)| ProcFacts {
+                    name,
+                    events,
+                    killed_at: *killed_at,
+                    stopped_at: *stopped_at,
+                    continued_at: *continued_at,
+                    exited_at: *exited_at,
+                },
+            )
             .collect();
         let (violations, stats) = check_handlers(&facts);
         let logs: Vec<(&str, &[logs::Event])> = all
@@ -761,13 +923,19 @@ async fn three_instances_on_one_postgres_survive_kills_zombies_and_database_rest
         let steers = shared.steers.lock().unwrap().clone();
         let (steer_violations, checked) = check_steers(&model.lock().unwrap(), &logs, &steers);
         let mut m = model.lock().unwrap();
-        for v in violations.into_iter().chain(steer_violations) {
+        for v in violations
+            .into_iter()
+            .chain(steer_violations)
+            .chain(fence_violations)
+        {
             m.violate(v);
         }
         (stats, checked)
     };
     for p in &all {
-        let lost_lease = p.was_stopped() || shared.excused.lock().unwrap().contains(&p.name);
+        // A zombie's (or a fenced instance's) writes refused for its lost
+        // lease; the fence itself is a warning.
+        let lost_lease = p.was_stopped() || shared.fenced_in_outage.lock().unwrap().contains(&p.name);
         let allowed: &[&str] = if lost_lease { &["lost its lease"] } else { &[] };
         let bad = bad_lines(p.server.log(), allowed);
         if !bad.is_empty() {
@@ -790,18 +958,28 @@ async fn three_instances_on_one_postgres_survive_kills_zombies_and_database_rest
     let median = takeovers.get(takeovers.len() / 2).copied().unwrap_or(0);
     let max = takeovers.last().copied().unwrap_or(0);
     let outage_max = st.pg_outage_ms.iter().max().copied().unwrap_or(0);
+    let mut rejoins = st.rejoin_ms.clone();
+    rejoins.sort_unstable();
+    let rejoin_median = rejoins.get(rejoins.len() / 2).copied().unwrap_or(0);
+    let rejoin_max = rejoins.last().copied().unwrap_or(0);
     println!(
-        "scale-out test: seed {seed}: {rounds} rounds: {} kills, {} zombies, {} PostgreSQL restarts (down at most \
-         {outage_max} ms); restarts {} with the same id, {} with a new one ({} right away); {} trees taken over \
+        "scale-out test: seed {seed}: {rounds} rounds: {} kills, {} zombies ({} fenced themselves and rejoined), \
+         {} PostgreSQL restarts (down at most {outage_max} ms), {} outages of {OUTAGE_LEASES} leases (down {:?} \
+         ms); {} fences in PostgreSQL outages; rejoins median {rejoin_median} ms, max {rejoin_max} ms; \
+         restarts {} with the same id, {} with a new one ({} right away); {} trees taken over \
          in {} takeovers (median {median} ms, max {max} ms, lease {} ms); {} processes, {} handler runs, {} tasks \
          ran on more than one process; {} trees, {} tasks; {} tasks failed by a takeover, {} fanout roots ran \
          again; {} steers checked for delivery; {} answers lost with an instance, {} reads sent again, {} acks \
-         during a takeover not counted, {} \"database unavailable\" answers during PostgreSQL restarts, {} \
-         exits in over-long PostgreSQL outages excused; \
-         {} listen streams ({} reopened), {} notifications ({} terminal); acks {acks:?}; {:.1} s",
+         during a takeover not counted, {} \"database unavailable\" answers during PostgreSQL restarts; \
+         {} listen streams ({} reopened, {} ended by a fence), {} notifications ({} terminal); acks {acks:?}; \
+         {:.1} s",
         st.kills,
         st.zombies,
+        st.zombies_rejoined,
         st.pg_restarts,
+        st.outages,
+        st.outage_ms,
+        st.outage_fences,
         st.restarts_same_id,
         st.restarts_new_id,
         st.quick_restarts,
@@ -820,16 +998,16 @@ async fn three_instances_on_one_postgres_survive_kills_zombies_and_database_rest
         st.retried_reads,
         st.discounted_acks,
         st.db_unavailable,
-        st.excused_exits,
         st.listens,
         st.listens_reopened,
+        st.listens_fenced,
         st.sse_messages,
         m.stats.sse_terminal,
         started.elapsed().as_secs_f64()
     );
     // The faults must have hit running work, or the run proved little.
     assert!(
-        rounds < 8 || forced == Some(FaultKind::Postgres) || st.trees_taken_over > 0,
+        rounds < 8 || forced.is_some_and(FaultKind::of_database) || st.trees_taken_over > 0,
         "no killed or stopped instance owned a running tree in {rounds} rounds"
     );
     assert!(m.stats.trees > 0);

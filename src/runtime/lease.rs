@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 /// A lease deadline on this process's monotonic clock. While it is in the
 /// past, [`LeaseGate::valid`] is false and the runtime it is installed in
 /// ([`Runtime::set_lease`](super::Runtime::set_lease)) polls no handler:
-/// each is frozen where it is, and the process is expected to exit. Cheap
-/// to check (one clock read and one atomic load).
+/// each is frozen where it is, for good (a cluster instance then fences
+/// itself and rejoins with a new runtime and a new gate). Cheap to check
+/// (one clock read and one atomic load).
 #[derive(Debug)]
 pub struct LeaseGate {
     base: Instant,

@@ -134,6 +134,12 @@ impl Owners {
         }
     }
 
+    /// Every principal's owner record.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn all(&self) -> Vec<Arc<Owner>> {
+        self.by_name.lock().values().cloned().collect()
+    }
+
     pub(crate) fn of_name(&self, name: &str) -> Arc<Owner> {
         let mut by_name = self.by_name.lock();
         if let Some(o) = by_name.get(name) {

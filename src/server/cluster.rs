@@ -9,8 +9,17 @@
 //!   epoch (fencing, [`crate::store::PostgresConfig::member`]).
 //! * **Leases.** A thread renews this instance's lease every third of it.
 //!   By this process's monotonic clock, a lease not renewed in time lapses:
-//!   from then on no handler is polled ([`LeaseGate`]), every request is
-//!   refused, and [`Cluster::lost`] resolves (the binary exits).
+//!   from then on no handler is polled ([`LeaseGate`]) and every request is
+//!   refused.
+//! * **Fencing and rejoining.** An instance that lost its lease (it lapsed,
+//!   or another instance revoked it) fences itself and keeps running: its
+//!   store writes nothing more ([`Registration::fence`]), requests are
+//!   answered `-32603` with `data.reason` `"fenced"`, and its in-memory
+//!   trees are dropped. Once the database answers, it registers again (a
+//!   new epoch under the same id), builds a new runtime on a new store,
+//!   brings back the trees its id still holds as a restart does, and joins
+//!   as a fresh member ([`Server::current`] is then that incarnation). Only
+//!   a newer process with the same id ends it ([`Cluster::lost`]).
 //! * **Takeover.** Every instance looks for expired leases a few times per
 //!   lease, revokes them (the revocation waits for a fenced commit in
 //!   flight), claims the trees of revoked instances a batch at a time
@@ -46,8 +55,10 @@ use tokio::sync::{Notify, broadcast};
 use super::{Server, ServerInner};
 use crate::core::decode_state;
 use crate::model::{ClientView, DetailedTask, ErrorCode, ErrorObject, TaskId};
-use crate::runtime::{Applied, LeaseGate, RuntimeError};
-use crate::store::{Registration, StoreError, StoredTree, WriteOp};
+use crate::runtime::{Applied, LeaseGate, Runtime, RuntimeError};
+use crate::store::{
+    Membership, PostgresConfig, PostgresStore, Registration, StoreError, StoredTree, WriteOp,
+};
 
 /// Settings of a [`Cluster`].
 #[derive(Debug, Clone)]
@@ -61,14 +72,20 @@ pub struct ClusterConfig {
     /// How long an instance waits for the holder's answer to a command it
     /// passed on. Long enough to outlive a takeover.
     pub answer_timeout: Duration,
+    /// How an instance that lost its lease opens its store again to rejoin
+    /// (its [`PostgresConfig::member`] is set to this instance and lease).
+    pub store: PostgresConfig,
 }
 
 impl ClusterConfig {
     /// Defaults for `url` and `lease`: answers are awaited for 30 s or
-    /// three leases, whichever is longer.
+    /// three leases, whichever is longer; the store is opened again with
+    /// [`PostgresConfig::new`]'s settings.
     pub fn new(url: impl Into<String>, lease: Duration) -> Self {
+        let url = url.into();
         ClusterConfig {
-            url: url.into(),
+            store: PostgresConfig::new(url.clone()),
+            url,
             lease,
             answer_timeout: (lease * 3).max(Duration::from_secs(30)),
         }
@@ -77,25 +94,62 @@ impl ClusterConfig {
 
 /// This process's membership in a cluster of instances on one database:
 /// lease renewal, takeover, reads and commands for trees other instances
-/// hold. Started by [`Server::join_cluster`].
+/// hold, and fencing and rejoining after a lost lease. Started by
+/// [`Server::join_cluster`]; keep it while serving (once every clone is
+/// dropped, an instance that loses its lease stays fenced instead of
+/// rejoining).
 #[derive(Clone)]
 pub struct Cluster {
-    node: Arc<Node>,
+    seat: Arc<Seat>,
 }
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let node = self.seat.node();
         f.debug_struct("Cluster")
-            .field("instance", &self.node.instance)
-            .field("epoch", &self.node.epoch)
+            .field("instance", &node.instance)
+            .field("epoch", &node.epoch)
             .finish()
     }
 }
 
+/// What outlives an instance's incarnations: its id, its settings, and the
+/// incarnation (server and membership) that serves now. A fenced instance
+/// that rejoins replaces the incarnation here.
+pub(crate) struct Seat {
+    instance: uuid::Uuid,
+    config: ClusterConfig,
+    current: parking_lot::RwLock<(Server, Arc<Node>)>,
+    /// [`Cluster::leave`] was called: no more rejoining.
+    leaving: AtomicBool,
+    /// Another process registered with this id: this one cannot go on.
+    ended: AtomicBool,
+    end: Notify,
+}
+
+impl Seat {
+    fn node(&self) -> Arc<Node> {
+        self.current.read().1.clone()
+    }
+
+    fn incarnation(&self) -> (Server, Arc<Node>) {
+        self.current.read().clone()
+    }
+}
+
+/// One incarnation's membership: its registration (an epoch), lease,
+/// connections, notifications and work loop.
 pub(crate) struct Node {
     instance: uuid::Uuid,
     epoch: i64,
     gate: Arc<LeaseGate>,
+    /// The registration of this incarnation's store ([`Registration::fence`]).
+    registration: Registration,
+    /// The seat this incarnation serves in ([`Server::current`]).
+    seat: Weak<Seat>,
+    /// The takeover and inbox loop, awaited before the fenced
+    /// incarnation's trees are dropped (it may be adopting some).
+    work: Mutex<Option<tokio::task::JoinHandle<()>>>,
     config: ClusterConfig,
     pg: postgres::Config,
     /// Idle connections for reads and inbox traffic (blocking; used from
@@ -193,27 +247,26 @@ impl Server {
         registration: &Registration,
         config: ClusterConfig,
     ) -> Result<Cluster, StoreError> {
-        let mut pg: postgres::Config = config
-            .url
-            .parse()
-            .map_err(|e| pg_err(format!("not a PostgreSQL URL: {e}")))?;
-        pg.connect_timeout(Duration::from_secs(10));
-        pg.application_name(&crate::store::instance_application_name(registration.instance));
-        let (changed, _) = broadcast::channel(1024);
-        let node = Arc::new(Node {
+        let pg = pg_config(&config, registration.instance)?;
+        let seat = Arc::new_cyclic(|seat: &Weak<Seat>| Seat {
             instance: registration.instance,
-            epoch: registration.epoch,
-            gate: registration.gate.clone(),
+            current: parking_lot::RwLock::new((
+                self.clone(),
+                Node::new(registration, config.clone(), pg, seat.clone()),
+            )),
             config,
-            pg,
-            pool: Mutex::new(Vec::new()),
-            answers: Mutex::new(HashMap::new()),
-            changed,
-            inbox: Notify::new(),
-            lost: Notify::new(),
-            is_lost: AtomicBool::new(false),
-            stopped: AtomicBool::new(false),
+            leaving: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+            end: Notify::new(),
         });
+        self.run_node(&seat.node())?;
+        tokio::spawn(supervise(Arc::downgrade(&seat)));
+        Ok(Cluster { seat })
+    }
+
+    /// Starts `node` as this server's membership: the lease gate, the
+    /// renewal and notification threads, the takeover and inbox loop.
+    fn run_node(&self, node: &Arc<Node>) -> Result<(), StoreError> {
         self.inner.runtime.set_lease(node.gate.clone());
         let _ = self.inner.cluster.set(node.clone());
         {
@@ -230,14 +283,15 @@ impl Server {
                 .spawn(move || listen_loop(&node))
                 .map_err(pg_err)?;
         }
-        tokio::spawn(work_loop(node.clone(), Arc::downgrade(&self.inner)));
+        let work = tokio::spawn(work_loop(node.clone(), Arc::downgrade(&self.inner)));
+        *node.work.lock() = Some(work);
         tracing::info!(
             instance = %node.instance,
             epoch = node.epoch,
             lease_ms = node.config.lease.as_millis() as u64,
             "joined the cluster"
         );
-        Ok(Cluster { node })
+        Ok(())
     }
 
     pub(crate) fn cluster(&self) -> Option<&Arc<Node>> {
@@ -262,16 +316,25 @@ impl Server {
 impl Cluster {
     /// This instance's id.
     pub fn instance(&self) -> uuid::Uuid {
-        self.node.instance
+        self.seat.instance
     }
 
-    /// Resolves once this instance lost its lease (it lapsed, or another
-    /// process revoked it or took its id): nothing of it runs any more, and
-    /// the process should exit (a supervisor restarts it as a member again).
+    /// Whether this instance holds its lease and serves now (`false` while
+    /// it is fenced, until it has rejoined).
+    pub fn serving(&self) -> bool {
+        self.seat.node().serving()
+    }
+
+    /// Resolves once this instance cannot go on as a member: another
+    /// process registered with its id (a newer epoch), which is the
+    /// instance from then on. Nothing of this one runs any more, and the
+    /// process should exit. A lease lost any other way (a database outage,
+    /// a stall, a takeover by another instance) does not end it: it fences
+    /// itself and rejoins.
     pub async fn lost(&self) {
         loop {
-            let n = self.node.lost.notified();
-            if self.node.is_lost.load(Ordering::Acquire) {
+            let n = self.seat.end.notified();
+            if self.seat.ended.load(Ordering::Acquire) {
                 return;
             }
             n.await;
@@ -279,28 +342,54 @@ impl Cluster {
     }
 
     /// Leaves the cluster at a clean shutdown: freezes this instance's
-    /// handlers ([`LeaseGate::revoke`]), stops renewing and taking over,
-    /// and revokes its row, so that the other instances take its trees
-    /// over at their next look instead of after the lease. Call it last:
-    /// nothing of this instance runs afterwards.
+    /// handlers ([`LeaseGate::revoke`]), stops renewing, taking over and
+    /// rejoining, and revokes its row, so that the other instances take its
+    /// trees over at their next look instead of after the lease. Call it
+    /// last: nothing of this instance runs afterwards.
     pub async fn leave(&self) {
-        let node = self.node.clone();
-        node.gate.revoke();
-        node.stopped.store(true, Ordering::Release);
-        let (id, epoch) = (node.instance, node.epoch);
-        let r = node
-            .blocking(move |c| {
-                c.execute(
-                    "UPDATE subtask_instances SET revoked = true, lease_until = now() WHERE id = $1 AND epoch = $2",
-                    &[&id, &epoch],
-                )
-            })
-            .await;
-        match r {
-            Ok(_) => tracing::info!(instance = %id, "left the cluster; its trees go to the other instances"),
-            Err(e) => tracing::warn!(error = %e, "leaving the cluster failed; its lease will expire instead"),
-        }
+        self.seat.leaving.store(true, Ordering::Release);
+        leave(self.seat.node()).await;
     }
+}
+
+/// [`Cluster::leave`] for one incarnation.
+async fn leave(node: Arc<Node>) {
+    node.gate.revoke();
+    node.stopped.store(true, Ordering::Release);
+    let (id, epoch) = (node.instance, node.epoch);
+    let r = node
+        .blocking(move |c| {
+            c.execute(
+                "UPDATE subtask_instances SET revoked = true, lease_until = now() WHERE id = $1 AND epoch = $2",
+                &[&id, &epoch],
+            )
+        })
+        .await;
+    match r {
+        Ok(_) => tracing::info!(instance = %id, "left the cluster; its trees go to the other instances"),
+        Err(e) => tracing::warn!(error = %e, "leaving the cluster failed; its lease will expire instead"),
+    }
+}
+
+/// The connection settings of instance `instance`'s own connections.
+fn pg_config(config: &ClusterConfig, instance: uuid::Uuid) -> Result<postgres::Config, StoreError> {
+    let mut pg: postgres::Config = config
+        .url
+        .parse()
+        .map_err(|e| pg_err(format!("not a PostgreSQL URL: {e}")))?;
+    pg.connect_timeout(Duration::from_secs(10));
+    pg.application_name(&crate::store::instance_application_name(instance));
+    Ok(pg)
+}
+
+/// The answer to every request of a fenced instance (HTTP 503).
+pub(crate) fn fenced_error() -> ErrorObject {
+    ErrorObject::new(
+        ErrorCode::INTERNAL_ERROR,
+        "this instance lost its cluster lease and is fenced until it rejoins the cluster; retry on another \
+         instance, or here shortly",
+    )
+    .with_data(serde_json::json!({"reason": "fenced"}))
 }
 
 impl Drop for Node {
@@ -318,16 +407,69 @@ impl Drop for Node {
 }
 
 impl Node {
+    fn new(
+        registration: &Registration,
+        config: ClusterConfig,
+        pg: postgres::Config,
+        seat: Weak<Seat>,
+    ) -> Arc<Node> {
+        let (changed, _) = broadcast::channel(1024);
+        Arc::new(Node {
+            instance: registration.instance,
+            epoch: registration.epoch,
+            gate: registration.gate.clone(),
+            registration: registration.clone(),
+            seat,
+            work: Mutex::new(None),
+            config,
+            pg,
+            pool: Mutex::new(Vec::new()),
+            answers: Mutex::new(HashMap::new()),
+            changed,
+            inbox: Notify::new(),
+            lost: Notify::new(),
+            is_lost: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+        })
+    }
+
     /// Whether this instance may still answer from memory (losing the
     /// lease revokes the gate, so the gate says it all).
     pub(crate) fn serving(&self) -> bool {
         self.gate.valid()
     }
 
+    /// The incarnation that serves in this one's seat now (`None` once the
+    /// seat is gone).
+    pub(crate) fn current_server(&self) -> Option<Server> {
+        Some(self.seat.upgrade()?.current.read().0.clone())
+    }
+
+    /// Resolves once this incarnation lost its lease (and is, or is about
+    /// to be, fenced).
+    pub(crate) async fn fenced(&self) {
+        loop {
+            let n = self.lost.notified();
+            if self.is_lost.load(Ordering::Acquire) {
+                return;
+            }
+            n.await;
+        }
+    }
+
+    /// Whether this incarnation lost its lease.
+    pub(crate) fn is_fenced(&self) -> bool {
+        self.is_lost.load(Ordering::Acquire) || !self.gate.valid()
+    }
+
     fn lose(&self, why: &str) {
         self.gate.revoke();
         if !self.is_lost.swap(true, Ordering::AcqRel) {
-            tracing::error!(instance = %self.instance, epoch = self.epoch, "this instance lost its lease: {why}");
+            tracing::warn!(
+                instance = %self.instance,
+                epoch = self.epoch,
+                "this instance lost its lease: {why}; it fences itself and rejoins the cluster"
+            );
         }
         self.lost.notify_waiters();
     }
@@ -350,7 +492,13 @@ impl Node {
             },
         };
         let r = f(&mut conn);
-        if !conn.client.is_closed() {
+        if conn.client.is_closed() {
+            // What broke this connection (the server restarted, this
+            // instance's sessions were ended) most likely broke the idle
+            // ones too: they are not tried one by one.
+            let idle = std::mem::take(&mut *self.pool.lock());
+            drop(idle);
+        } else {
             let mut pool = self.pool.lock();
             if pool.len() < 16 {
                 pool.push(conn);
@@ -649,6 +797,7 @@ fn unavailable(e: StoreError) -> ErrorObject {
         ErrorCode::INTERNAL_ERROR,
         format!("the task database is unavailable: {e}"),
     )
+    .with_data(serde_json::json!({"reason": "store_unavailable"}))
 }
 
 /// The inbox answer of a command's outcome: the result the direct path
@@ -788,6 +937,193 @@ fn dispatch(node: &Node, channel: &str, payload: &str) {
             node.inbox.notify_one();
         }
         _ => {}
+    }
+}
+
+// ----- fencing and rejoining ---------------------------------------------------------
+
+/// Watches the seat's incarnation; when it loses its lease, fences it and
+/// rejoins as a new one, for as long as the seat lives and is not left.
+async fn supervise(seat: Weak<Seat>) {
+    loop {
+        let Some((server, node)) = seat.upgrade().map(|s| s.incarnation()) else {
+            return;
+        };
+        node.fenced().await;
+        if seat.upgrade().is_none_or(|s| s.leaving.load(Ordering::Acquire)) {
+            return;
+        }
+        fence(&server, &node);
+        // Another process registered with this id meanwhile: it is the
+        // instance now (rejoining would fence it in turn).
+        match superseded(&seat, &node).await {
+            None => return,
+            Some(true) => {
+                tracing::error!(
+                    instance = %node.instance,
+                    epoch = node.epoch,
+                    "another process registered with this instance id: this one stops"
+                );
+                if let Some(s) = seat.upgrade() {
+                    s.ended.store(true, Ordering::Release);
+                    s.end.notify_waiters();
+                }
+                return;
+            }
+            Some(false) => {}
+        }
+        let mut pause = Duration::from_millis(100);
+        let mut tries = 0u32;
+        loop {
+            let Some(s) = seat.upgrade() else { return };
+            if s.leaving.load(Ordering::Acquire) {
+                return;
+            }
+            tries += 1;
+            match rejoin(&s, &server).await {
+                Ok(node) => {
+                    if s.leaving.load(Ordering::Acquire) {
+                        leave(node).await;
+                        return;
+                    }
+                    break;
+                }
+                // The database may still be away: said once, then quietly.
+                Err(e) if tries == 1 => {
+                    tracing::warn!(error = %e, "cannot rejoin the cluster yet; retrying until the database answers")
+                }
+                Err(e) => tracing::debug!(error = %e, "cannot rejoin the cluster yet"),
+            }
+            drop(s);
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+}
+
+/// Fences the incarnation `server` runs as `node`, which lost its lease:
+/// its store writes nothing more and fails what waits for it, its loops
+/// stop, and (once its work loop has stopped) its in-memory trees are
+/// dropped. Requests are answered with [`fenced_error`] meanwhile.
+fn fence(server: &Server, node: &Arc<Node>) {
+    node.stopped.store(true, Ordering::Release);
+    node.registration.fence("this instance lost its cluster lease");
+    tracing::warn!(
+        instance = %node.instance,
+        epoch = node.epoch,
+        "fenced: no handler runs, nothing is written and requests are refused until this instance is back \
+         in the cluster"
+    );
+    let work = node.work.lock().take();
+    let old = server.clone();
+    tokio::spawn(async move {
+        if let Some(work) = work {
+            let _ = work.await;
+        }
+        old.discard();
+    });
+}
+
+/// Whether another process registered with this instance's id since
+/// `node` did (a newer epoch), asked once the database answers; `None`
+/// when the seat is gone or left meanwhile.
+async fn superseded(seat: &Weak<Seat>, node: &Arc<Node>) -> Option<bool> {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        if seat.upgrade()?.leaving.load(Ordering::Acquire) {
+            return None;
+        }
+        let (id, epoch) = (node.instance, node.epoch);
+        let newer = node
+            .blocking(move |c| {
+                c.query_opt("SELECT epoch FROM subtask_instances WHERE id = $1", &[&id])
+                    .map(|r| r.is_some_and(|r| r.get::<_, i64>(0) > epoch))
+            })
+            .await;
+        match newer {
+            Ok(newer) => return Some(newer),
+            Err(e) => tracing::debug!(error = %e, "the database does not answer yet"),
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// One attempt to rejoin: a new registration (a new epoch) on a new store,
+/// a new runtime with the configuration of `old`'s, the trees this id
+/// still holds brought back as a restart brings them back, and a new
+/// membership; then the new incarnation answers in the seat.
+async fn rejoin(seat: &Arc<Seat>, old: &Server) -> Result<Arc<Node>, String> {
+    let config = seat.config.clone();
+    let pg = pg_config(&config, seat.instance).map_err(|e| e.to_string())?;
+    let store_config = PostgresConfig {
+        member: Some(Membership {
+            instance: seat.instance,
+            lease: config.lease,
+        }),
+        ..config.store.clone()
+    };
+    let store = tokio::task::spawn_blocking(move || PostgresStore::open(store_config))
+        .await
+        .map_err(|e| format!("opening the store panicked: {e}"))?
+        .map_err(|e| format!("cannot open the store: {e}"))?;
+    let registration = store
+        .registration()
+        .cloned()
+        .ok_or("the store registered no instance")?;
+    tracing::info!(
+        instance = %registration.instance,
+        epoch = registration.epoch,
+        "registered again with a new epoch; bringing back the trees its id still holds"
+    );
+    let runtime = Runtime::with_store(*old.inner.runtime.config(), Arc::new(store));
+    runtime.set_lease(registration.gate.clone());
+    let server = old.successor(runtime);
+    let report = match server.recover().await {
+        Ok(report) => report,
+        Err(e) => {
+            registration.fence("its rejoining failed");
+            return Err(format!("cannot bring its trees back: {e}"));
+        }
+    };
+    let node = Node::new(&registration, config, pg, Arc::downgrade(seat));
+    if let Err(e) = server.run_node(&node) {
+        registration.fence("its rejoining failed");
+        return Err(e.to_string());
+    }
+    *seat.current.write() = (server, node.clone());
+    tracing::info!(
+        instance = %node.instance,
+        epoch = node.epoch,
+        %report,
+        "rejoined the cluster"
+    );
+    Ok(node)
+}
+
+impl Server {
+    /// Drops a fenced incarnation's trees from memory: each is cancelled
+    /// in this runtime only (its store refuses every write, so nothing of
+    /// it reaches the database, and nothing is shown: every wait for
+    /// durability fails), which ends its frozen handlers without polling
+    /// them again (they are aborted after the runtime's cancel grace, and
+    /// their tasks freed).
+    fn discard(&self) {
+        let rt = &self.inner.runtime;
+        let mut trees = 0usize;
+        for owner in self.inner.owners.all() {
+            for (_, tree) in owner.trees_from(0, usize::MAX) {
+                if let Some(tree) = tree.upgrade()
+                    && rt.cancel(tree.root).is_ok()
+                {
+                    trees += 1;
+                }
+            }
+        }
+        tracing::info!(
+            trees,
+            "dropped the fenced incarnation's trees from memory (their frozen handlers are aborted, never run)"
+        );
     }
 }
 

@@ -104,6 +104,15 @@ impl Server {
     /// [`Server::handle`], also naming the message's method from a fixed
     /// list (the `method` label of `/metrics`).
     pub(crate) async fn handle_named(&self, incoming: Incoming<'_>) -> (Reply, RpcMethod) {
+        // A cluster instance that lost its lease and rejoined answers as
+        // its new incarnation (`Server::current`).
+        #[cfg(feature = "postgres")]
+        {
+            let current = self.current();
+            if !std::sync::Arc::ptr_eq(&current.inner, &self.inner) {
+                return Box::pin(current.handle_named(incoming)).await;
+            }
+        }
         if incoming.body.trim_ascii_start().first() == Some(&b'[') {
             // Boxed: a batch's state stays out of every request's future.
             return (Box::pin(self.handle_batch(&incoming)).await, RpcMethod::NONE);
@@ -128,16 +137,9 @@ impl Server {
             && !node.serving()
         {
             // A cluster instance past its lease answers nothing from its
-            // memory: another instance may hold its trees now.
-            let reply = error_reply(
-                503,
-                Some(id),
-                ErrorObject::new(
-                    ErrorCode::INTERNAL_ERROR,
-                    "this instance lost its cluster lease and is shutting down; retry on another instance",
-                ),
-            );
-            return (reply, named);
+            // memory: another instance may hold its trees now. It is fenced
+            // until it has rejoined the cluster.
+            return (error_reply(503, Some(id), super::cluster::fenced_error()), named);
         }
         let reply = match self.handle_request(req, &incoming).await {
             Ok(reply) => reply,

@@ -31,7 +31,8 @@ pub(crate) fn router() -> Router<AppState> {
 }
 
 async fn scrape(State(state): State<AppState>, req: Request) -> Response {
-    let server = &state.server;
+    // A cluster instance that rejoined: its current incarnation's runtime.
+    let server = &state.server.current();
     let config = server.config();
     if let Err(resp) = check_host_and_origin(req.headers(), config) {
         return resp;

@@ -64,8 +64,9 @@ pub(crate) struct ServerInner {
     pub(crate) prompts: Vec<RegisteredPrompt>,
     pub(crate) state_key: mrtr::StateKey,
     pub(crate) owners: auth::Owners,
-    /// What the HTTP endpoint counts (`/metrics`).
-    pub(crate) http_stats: http_stats::HttpStats,
+    /// What the HTTP endpoint counts (`/metrics`); shared by a cluster
+    /// instance's incarnations ([`Server::current`]).
+    pub(crate) http_stats: Arc<http_stats::HttpStats>,
     /// Set once this instance joins a cluster ([`Server::join_cluster`]).
     #[cfg(feature = "postgres")]
     pub(crate) cluster: std::sync::OnceLock<Arc<cluster::Node>>,
@@ -148,7 +149,7 @@ impl ServerBuilder {
                 runtime: self.runtime,
                 state_key: mrtr::StateKey::random(),
                 owners,
-                http_stats: http_stats::HttpStats::default(),
+                http_stats: Arc::new(http_stats::HttpStats::default()),
                 config: self.config,
                 tools: self.tools,
                 prompts: self.prompts,
@@ -167,6 +168,44 @@ impl Server {
             config,
             tools: Vec::new(),
             prompts: Vec::new(),
+        }
+    }
+
+    /// The server that answers in this one's place: for a cluster
+    /// instance that lost its lease and rejoined the cluster, the
+    /// incarnation it rejoined as (a new runtime on a new store; see
+    /// `docs/scale-out.md`, "Fencing and rejoining"); otherwise this one.
+    /// Every entry point (the HTTP and stdio transports, the web view,
+    /// `/metrics`) asks for it at each request; so should whoever acts on
+    /// the server's runtime later on (a drain at shutdown).
+    pub fn current(&self) -> Server {
+        #[cfg(feature = "postgres")]
+        if let Some(next) = self.cluster().and_then(|node| node.current_server())
+            && !Arc::ptr_eq(&next.inner, &self.inner)
+        {
+            return next;
+        }
+        self.clone()
+    }
+
+    /// A server like this one (tools, prompts, configuration, request-state
+    /// key, HTTP counters) over `runtime`, with principals of its own (their
+    /// live tasks are counted anew by the runtime's trees): a cluster
+    /// instance's next incarnation.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn successor(&self, runtime: Runtime) -> Server {
+        let old = &self.inner;
+        Server {
+            inner: Arc::new(ServerInner {
+                runtime,
+                config: old.config.clone(),
+                tools: old.tools.clone(),
+                prompts: old.prompts.clone(),
+                state_key: old.state_key.clone(),
+                owners: auth::Owners::new(old.config.limits.max_live_tasks_per_principal),
+                http_stats: old.http_stats.clone(),
+                cluster: std::sync::OnceLock::new(),
+            }),
         }
     }
 

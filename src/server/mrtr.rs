@@ -14,6 +14,7 @@ use sha2::Sha256;
 type HmacSha256 = Hmac<Sha256>;
 
 /// The key that seals request states.
+#[derive(Clone)]
 pub(crate) struct StateKey([u8; 32]);
 
 impl StateKey {

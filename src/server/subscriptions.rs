@@ -104,9 +104,28 @@ impl Server {
                 ))
             }
         });
-        let end = serde_json::to_string(&JsonRpcResponse::new(ctx.id.clone(), AckResult::new()))
-            .expect("responses serialize");
-        let end = stream::once(async move { end });
+        // A fenced cluster instance's streams end at once, saying so: its
+        // trees are dropped, and the client listens again elsewhere (or
+        // here once it has rejoined).
+        #[cfg(feature = "postgres")]
+        let (updates, node) = match self.cluster().cloned() {
+            Some(node) => {
+                let fenced = node.clone();
+                let updates = updates.take_until(async move { fenced.fenced().await });
+                (updates.boxed(), Some(node))
+            }
+            None => (updates.boxed(), None),
+        };
+        let end_id = ctx.id.clone();
+        let end = stream::once(async move {
+            #[cfg(feature = "postgres")]
+            if node.as_ref().is_some_and(|n| n.is_fenced()) {
+                let error = crate::model::JsonRpcError::new(Some(end_id), super::cluster::fenced_error());
+                return serde_json::to_string(&error).expect("errors serialize");
+            }
+            serde_json::to_string(&JsonRpcResponse::new(end_id, AckResult::new()))
+                .expect("responses serialize")
+        });
         Ok(Reply::Stream(first.chain(updates).chain(end).boxed()))
     }
 

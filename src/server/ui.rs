@@ -257,7 +257,8 @@ async fn trees(State(state): State<AppState>, req: Request) -> Response {
             _ => return bad_request("limit must be 1 to 200"),
         },
     };
-    let server = &state.server;
+    // A cluster instance that rejoined answers from its current runtime.
+    let server = &state.server.current();
     let owner = server.owner(&principal);
     let keep = |t: &TreeSummary| {
         let status_ok = match status {
@@ -298,7 +299,8 @@ async fn tree(State(state): State<AppState>, Path(id): Path<String>, headers: He
         Ok(p) => p,
         Err(resp) => return resp,
     };
-    let rt = state.server.runtime();
+    let server = state.server.current();
+    let rt = server.runtime();
     let Some(cell) = task_id(&id).and_then(|id| rt.owned_tree(id, principal.name())) else {
         return not_found();
     };
@@ -329,7 +331,7 @@ async fn live(State(state): State<AppState>, Path(id): Path<String>, headers: He
         Ok(p) => p,
         Err(resp) => return resp,
     };
-    let server = state.server.clone();
+    let server = state.server.current();
     let Some(cell) = task_id(&id).and_then(|id| server.runtime().owned_tree(id, principal.name())) else {
         return not_found();
     };

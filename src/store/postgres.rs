@@ -168,16 +168,59 @@ pub struct Membership {
 }
 
 /// What [`PostgresStore::open`] registered for a cluster member.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Registration {
     /// The instance id.
     pub instance: uuid::Uuid,
-    /// The epoch of this process under that id.
+    /// The epoch of this registration under that id: greater than every
+    /// epoch the id had before, even one whose row was deleted since.
     pub epoch: i64,
     /// The lease: valid until the registration's start plus the lease, by
     /// this process's monotonic clock; revoked when a commit finds the
     /// instance fenced.
     pub gate: Arc<LeaseGate>,
+    /// The store's queue, for [`Registration::fence`].
+    writes: std::sync::Weak<WriteQueue<Client>>,
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("instance", &self.instance)
+            .field("epoch", &self.epoch)
+            .field("gate", &self.gate)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registration {
+    /// Fences this registration's store, for an instance that lost its
+    /// lease: the lease gate is revoked (no handler is polled again), every
+    /// write not yet durable fails with `why` at once (its waiters are
+    /// woken), new work and later writes are refused with it, and the
+    /// writer commits nothing more (a commit already under way may still
+    /// land: it proves the instance's row in its transaction, as every
+    /// commit does) and stops. The store cannot be used again; a rejoining
+    /// instance opens a new one (a new epoch).
+    pub fn fence(&self, why: &str) {
+        self.gate.revoke();
+        if let Some(q) = self.writes.upgrade() {
+            q.mark.fail(
+                Ticket(0),
+                StoreError::Failed(format!(
+                    "instance {} (epoch {}) is fenced: {why}",
+                    self.instance, self.epoch
+                )),
+            );
+            q.close();
+        }
+    }
+}
+
+/// Whether the store of `queue` was fenced ([`Registration::fence`]) or
+/// failed: it writes nothing more.
+fn fenced(queue: &WriteQueue<Client>) -> bool {
+    queue.mark.writable().is_err()
 }
 
 impl PostgresConfig {
@@ -323,7 +366,11 @@ impl PostgresStore {
                         let _ = ready_tx.send(Err(e));
                         return;
                     }
-                    let registration = match member.map(|m| register(&mut client, &m, &shown)).transpose() {
+                    let writes = Arc::downgrade(&shared);
+                    let registration = match member
+                        .map(|m| register(&mut client, &m, &shown, writes))
+                        .transpose()
+                    {
                         Ok(r) => r,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
@@ -382,7 +429,12 @@ impl Drop for PostgresStore {
     fn drop(&mut self) {
         self.shared.close();
         if let Some(h) = self.writer.lock().take() {
-            let _ = h.join();
+            // A fenced (or failed) store's writer commits nothing more and
+            // stops by itself, possibly after a reconnection pause: it is
+            // not waited for (the last reference may go on an async thread).
+            if !fenced(&self.shared) {
+                let _ = h.join();
+            }
         }
     }
 }
@@ -459,6 +511,7 @@ fn commit_retrying(
     client: &mut Client,
     statements: &mut Statements,
     session: &Session,
+    shared: &WriteQueue<Client>,
     group: &[(u64, WriteBatch)],
 ) -> Result<(), StoreError> {
     let fence = session.fence.as_ref();
@@ -473,6 +526,10 @@ fn commit_retrying(
     while std::time::Instant::now() < deadline {
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_secs(1));
+        // A fenced instance's store retries nothing (its group failed).
+        if fenced(shared) {
+            return Err(StoreError::Failed("the store was fenced".into()));
+        }
         match session.connect() {
             Ok(fresh) => {
                 *client = fresh;
@@ -511,7 +568,19 @@ pub fn instance_application_name(id: uuid::Uuid) -> String {
 /// id), with a lease from now. The lease gate's deadline is taken before
 /// the statement is sent, so by this process's clock it ends no later than
 /// the database's `lease_until`.
-fn register(client: &mut Client, m: &Membership, shown: &str) -> Result<Registration, StoreError> {
+///
+/// An epoch is never given twice to one id, even after the id's row was
+/// deleted (a revoked instance that holds nothing is cleaned up): a new row
+/// starts at the database clock's milliseconds, and a registration takes
+/// the greater of that and the row's epoch plus one. So a process of this
+/// id that was fenced and registers again (or a stalled older one) can
+/// never find its old epoch valid again.
+fn register(
+    client: &mut Client,
+    m: &Membership,
+    shown: &str,
+    writes: std::sync::Weak<WriteQueue<Client>>,
+) -> Result<Registration, StoreError> {
     // An older process with this id may be stopped in a commit that holds
     // the row's lock: its sessions end first (nothing of that transaction
     // was acknowledged), so the registration does not wait for it.
@@ -529,9 +598,11 @@ fn register(client: &mut Client, m: &Membership, shown: &str) -> Result<Registra
     let epoch: i64 = client
         .query_one(
             "INSERT INTO subtask_instances (id, epoch, lease_until, revoked)
-             VALUES ($1, 1, now() + make_interval(secs => $2), false)
-             ON CONFLICT (id) DO UPDATE SET epoch = subtask_instances.epoch + 1,
-                 lease_until = EXCLUDED.lease_until, revoked = false
+             VALUES ($1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+                     now() + make_interval(secs => $2), false)
+             ON CONFLICT (id) DO UPDATE
+                 SET epoch = GREATEST(subtask_instances.epoch + 1, EXCLUDED.epoch),
+                     lease_until = EXCLUDED.lease_until, revoked = false
              RETURNING epoch",
             &[&m.instance, &lease_s],
         )
@@ -541,6 +612,7 @@ fn register(client: &mut Client, m: &Membership, shown: &str) -> Result<Registra
         instance: m.instance,
         epoch,
         gate: Arc::new(LeaseGate::new(sent + m.lease)),
+        writes,
     })
 }
 
@@ -660,7 +732,11 @@ impl From<postgres::Error> for CommitError {
 impl CommitError {
     fn into_store(self, fence: Option<&Registration>) -> StoreError {
         match self {
-            CommitError::Pg(e) => io(e),
+            // The server's own words (a "db error" alone says nothing).
+            CommitError::Pg(e) => match e.as_db_error() {
+                Some(db) => io(format!("{e}: {} (SQLSTATE {})", db.message(), db.code().code())),
+                None => io(e),
+            },
             CommitError::Fenced => {
                 let fence = fence.expect("only a cluster member is fenced");
                 // Nothing of this instance runs from here on.
@@ -767,8 +843,12 @@ fn commit(
         }
         let st = statements.get(
             &mut tx,
+            // Idempotent like the rest of the group: a group whose commit
+            // landed but whose acknowledgement was lost with the connection
+            // (a PostgreSQL restart) is committed again.
             "INSERT INTO subtask_journal (root, task, n, entry)
-             SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[])",
+             SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[])
+             ON CONFLICT (task, n) DO NOTHING",
         )?;
         tx.execute(&st, &[&root, &task, &at, &entry])?;
     }
@@ -884,15 +964,22 @@ fn writer_loop(
         let (Some(first), Some(last)) = (group.first().map(|g| g.0), group.last().map(|g| g.0)) else {
             continue;
         };
-        if failed {
+        // A fenced store (`Registration::fence`) writes nothing more.
+        if failed || fenced(shared) {
             group.clear();
             continue;
         }
         let t0 = std::time::Instant::now();
-        match commit_retrying(&mut client, &mut statements, session, &group) {
+        match commit_retrying(&mut client, &mut statements, session, shared, &group) {
             Ok(()) => {
                 stats.committed(t0.elapsed(), group.len());
                 shared.mark.advance(Ticket(last));
+            }
+            Err(e) if fenced(shared) => {
+                // The instance fenced itself meanwhile: the group's
+                // waiters already have that error.
+                tracing::debug!(error = %e, "a fenced instance's commit was not made");
+                failed = true;
             }
             Err(e) => {
                 tracing::error!(error = %e, "a PostgreSQL commit failed; no further writes are accepted");
@@ -1002,6 +1089,10 @@ impl TaskStore for PostgresStore {
 
     fn commit_stats(&self) -> Option<&CommitStats> {
         Some(&self.stats)
+    }
+
+    fn writable(&self) -> Result<(), StoreError> {
+        self.shared.mark.writable()
     }
 
     fn is_durable(&self, ticket: Ticket) -> Result<bool, StoreError> {

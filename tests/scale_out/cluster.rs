@@ -33,9 +33,16 @@ pub struct Proc {
     pub client: Client,
     pub log: Mutex<LogTail>,
     pub killed_at: Mutex<Option<i64>>,
+    /// The last SIGSTOP and its SIGCONT.
     pub stopped_at: Mutex<Option<i64>>,
     pub continued_at: Mutex<Option<i64>>,
+    /// Every SIGSTOP and its SIGCONT (a zombie that rejoined may be
+    /// stopped again).
+    pub stops: Mutex<Vec<(i64, Option<i64>)>>,
     stopped: AtomicBool,
+    /// Stopped past its lease, it fenced itself and rejoined the cluster
+    /// after SIGCONT: it serves again.
+    rejoined: AtomicBool,
     /// Its exit was reported (or handled) already.
     pub exit_seen: AtomicBool,
 }
@@ -57,19 +64,30 @@ fn signal(pid: u32, sig: &str) -> Result<(), String> {
 }
 
 impl Proc {
-    /// Not killed, not stopped (nor continued after a stop), not exited:
-    /// requests go to it.
+    /// Not killed, not stopped (unless it rejoined the cluster after the
+    /// SIGCONT), not exited: requests go to it.
     pub fn usable(&self) -> bool {
-        !self.server.is_killed() && !self.stopped.load(Ordering::SeqCst) && self.server.exited().is_none()
+        !self.server.is_killed() && !self.stopped_now() && self.server.exited().is_none()
     }
 
-    /// The test killed or stopped it: a failed connection to it is expected.
+    /// The test killed or stopped it (and it has not rejoined since): a
+    /// failed connection to it is expected.
     pub fn faulted(&self) -> bool {
-        self.server.is_killed() || self.stopped.load(Ordering::SeqCst)
+        self.server.is_killed() || self.stopped_now()
     }
 
+    fn stopped_now(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst) && !self.rejoined.load(Ordering::SeqCst)
+    }
+
+    /// It was stopped past its lease (and continued) at some point.
     pub fn was_stopped(&self) -> bool {
         self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// After its stop, it fenced itself and rejoined: it serves again.
+    pub fn set_rejoined(&self) {
+        self.rejoined.store(true, Ordering::SeqCst);
     }
 
     /// SIGKILL, once (the time is recorded first). Returns whether this call sent it.
@@ -88,7 +106,11 @@ impl Proc {
     /// SIGSTOP (the time is recorded first).
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::SeqCst);
-        *self.stopped_at.lock().unwrap() = Some(now_us());
+        self.rejoined.store(false, Ordering::SeqCst);
+        let at = now_us();
+        *self.stopped_at.lock().unwrap() = Some(at);
+        *self.continued_at.lock().unwrap() = None;
+        self.stops.lock().unwrap().push((at, None));
         if let Err(e) = signal(self.server.pid(), "STOP") {
             panic!("{}: {e}", self.name);
         }
@@ -96,7 +118,11 @@ impl Proc {
 
     /// SIGCONT (the time is recorded first).
     pub fn cont(&self) {
-        *self.continued_at.lock().unwrap() = Some(now_us());
+        let at = now_us();
+        *self.continued_at.lock().unwrap() = Some(at);
+        if let Some(last) = self.stops.lock().unwrap().last_mut() {
+            last.1 = Some(at);
+        }
         if let Err(e) = signal(self.server.pid(), "CONT") {
             panic!("{}: {e}", self.name);
         }
@@ -191,7 +217,9 @@ impl Cluster {
             killed_at: Mutex::new(None),
             stopped_at: Mutex::new(None),
             continued_at: Mutex::new(None),
+            stops: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
+            rejoined: AtomicBool::new(false),
             exit_seen: AtomicBool::new(false),
         });
         self.slots.lock().unwrap()[slot] = Some(proc.clone());

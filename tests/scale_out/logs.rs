@@ -1,10 +1,14 @@
 //! The instances' logs in the scale-out test: every handler start and end
 //! (tracing target `subtask::handler`, messages `handler started` and
 //! `handler returned`, the task in field `task`) with the line's timestamp,
-//! read as the processes write them; and the checks made on them: never two
-//! live handlers for one task, no handler after an instance's lease lapsed,
-//! every steer acknowledged to an uninterrupted run of a completed `fanout`
-//! node reported by it, and no error lines but the expected ones.
+//! and the lines where an instance fenced itself (`this instance lost its
+//! lease`) and where it registered again to rejoin (`registered again with
+//! a new epoch`), read as the processes write them; and the checks made on
+//! them: never two live handlers for one task (each incarnation of a
+//! process, between a rejoin and the next fence, counts as a process of
+//! its own), no handler after an instance's lease lapsed nor while it is
+//! fenced, every steer acknowledged to an uninterrupted run of a completed
+//! `fanout` node reported by it, and no error lines but the expected ones.
 //!
 //! Times are microseconds since the Unix epoch: the log lines' (tracing's
 //! default format writes the wall clock in RFC 3339, UTC) and the test's
@@ -45,6 +49,13 @@ pub struct Event {
     pub at: i64,
 }
 
+/// What fences an instance, in its log.
+pub const FENCED: &str = "this instance lost its lease";
+/// What starts an instance's next incarnation, in its log.
+pub const REGISTERED_AGAIN: &str = "registered again with a new epoch";
+/// What ends its rejoining, in its log.
+pub const REJOINED: &str = "rejoined the cluster";
+
 /// A process's log, read incrementally as it grows.
 #[derive(Debug)]
 pub struct LogTail {
@@ -52,6 +63,10 @@ pub struct LogTail {
     offset: u64,
     partial: String,
     pub events: Vec<Event>,
+    /// When it fenced itself ([`FENCED`]), in order.
+    pub fences: Vec<i64>,
+    /// When it registered again to rejoin ([`REGISTERED_AGAIN`]), in order.
+    pub rejoins: Vec<i64>,
     /// Timestamp of the last line that had one.
     pub last_at: Option<i64>,
 }
@@ -63,6 +78,8 @@ impl LogTail {
             offset: 0,
             partial: String::new(),
             events: Vec::new(),
+            fences: Vec::new(),
+            rejoins: Vec::new(),
             last_at: None,
         }
     }
@@ -92,15 +109,29 @@ impl LogTail {
             }
             if let Some(e) = event {
                 self.events.push(e);
+            } else if let Some(at) = at {
+                if line.contains(FENCED) {
+                    self.fences.push(at);
+                } else if line.contains(REGISTERED_AGAIN) {
+                    self.rejoins.push(at);
+                }
             }
         }
     }
 
     /// The tasks whose handler was running at `at` (started, not returned,
-    /// by the events stamped no later than `at`).
+    /// by the events stamped no later than `at`), in the incarnation that
+    /// ran then: a fence drops every handler of its incarnation.
     pub fn open_at(&self, at: i64) -> Vec<String> {
+        let fenced = self
+            .fences
+            .iter()
+            .copied()
+            .filter(|&f| f <= at)
+            .max()
+            .unwrap_or(i64::MIN);
         let mut open: HashMap<&str, bool> = HashMap::new();
-        for e in self.events.iter().filter(|e| e.at <= at) {
+        for e in self.events.iter().filter(|e| e.at > fenced && e.at <= at) {
             open.insert(&e.task, e.kind == Kind::Started);
         }
         let mut v: Vec<String> = open
@@ -221,6 +252,76 @@ pub fn parse_ts(s: &str) -> Option<i64> {
 }
 
 // ----- the checks ------------------------------------------------------------------------
+
+/// One incarnation of a process: from its start, or from when it registered
+/// again after a fence, to its next fence (or its end).
+pub struct Incarnation {
+    pub name: String,
+    pub events: Vec<Event>,
+    /// When it fenced itself, if it did.
+    pub fenced_at: Option<i64>,
+    /// When its process registered again after that fence, if it did.
+    pub next_at: Option<i64>,
+}
+
+/// A process's handler events by incarnation, and the violations of its
+/// fences: a handler event while fenced (after a fence, before the process
+/// registered again) is one.
+pub fn incarnations(name: &str, log: &LogTail) -> (Vec<Incarnation>, Vec<String>) {
+    let mut out = Vec::new();
+    let mut v = Vec::new();
+    let mut events = log.events.iter().peekable();
+    let mut start = i64::MIN;
+    let mut k = 0;
+    loop {
+        let fenced_at = log.fences.iter().copied().find(|&f| f >= start);
+        let next_at = fenced_at.and_then(|f| log.rejoins.iter().copied().find(|&r| r >= f));
+        let mut mine = Vec::new();
+        while let Some(e) = events.peek() {
+            if fenced_at.is_some_and(|f| e.at > f) {
+                break;
+            }
+            mine.push((*e).clone());
+            events.next();
+        }
+        if let Some(f) = fenced_at {
+            while let Some(e) = events.peek() {
+                if next_at.is_some_and(|r| e.at >= r) {
+                    break;
+                }
+                v.push(format!(
+                    "{name}: handler {:?} of task {} at {}, while fenced (since {}{})",
+                    e.kind,
+                    e.task,
+                    clock(e.at),
+                    clock(f),
+                    next_at
+                        .map(|r| format!(", until it registered again at {}", clock(r)))
+                        .unwrap_or_default()
+                ));
+                events.next();
+            }
+        }
+        out.push(Incarnation {
+            name: if k == 0 {
+                name.to_owned()
+            } else {
+                format!("{name}#{k}")
+            },
+            events: mine,
+            fenced_at,
+            next_at,
+        });
+        match next_at {
+            Some(r) => {
+                start = r;
+                k += 1;
+            }
+            None => break,
+        }
+    }
+    (out, v)
+}
 
 /// What the test knows about one process, for the handler checks.
 pub struct ProcFacts<'a> {

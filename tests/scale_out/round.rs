@@ -32,10 +32,23 @@ use crate::support::seed::Rng;
 pub enum FaultKind {
     /// SIGKILL of an instance (restarted later, same or new id).
     Kill,
-    /// SIGSTOP past the lease, then SIGCONT: the zombie must exit 75.
+    /// SIGSTOP past the lease, then SIGCONT: the zombie must fence itself
+    /// and rejoin the cluster, without exiting.
     Stop,
-    /// `pg_ctl stop -m immediate` and start again, well within the lease.
+    /// `pg_ctl stop -m immediate` and start again at once (PostgreSQL's
+    /// crash recovery may outlast the lease: the instances that lose it
+    /// fence themselves and rejoin).
     Postgres,
+    /// PostgreSQL stopped (`-m immediate`) for twice the lease under load,
+    /// then started: every instance fences itself and rejoins, none exits.
+    Outage,
+}
+
+impl FaultKind {
+    /// A fault of the database, not of one instance.
+    pub fn of_database(self) -> bool {
+        matches!(self, FaultKind::Postgres | FaultKind::Outage)
+    }
 }
 
 /// One fault, as it was when it happened.
@@ -48,8 +61,14 @@ pub struct Fault {
     pub before: HashMap<String, Before>,
     /// `touched` of every task right before the fault.
     pub touched: HashMap<String, u64>,
-    /// The roots of the trees the faulted instance owned.
+    /// The roots of the trees the faulted instance owned (for a database
+    /// fault: those of the instances that fenced themselves in it, known
+    /// once it is over).
     pub owned: Vec<String>,
+    /// The trees whose ownership window the fault opened: those it owned,
+    /// or for a database fault every running tree (any instance may fence
+    /// itself in it).
+    pub windowed: Vec<String>,
     pub how: String,
 }
 
@@ -73,8 +92,18 @@ pub struct ScaleStats {
     /// "The task database is unavailable" answers during a PostgreSQL
     /// restart (reads sent again; anything else not acknowledged).
     pub db_unavailable: usize,
-    /// Instances that exited in a PostgreSQL outage too long to hold against them.
-    pub excused_exits: usize,
+    /// Instances that fenced themselves in a PostgreSQL restart or outage
+    /// longer than two thirds of the lease, and rejoined.
+    pub outage_fences: usize,
+    /// Zombies that fenced themselves and rejoined after SIGCONT.
+    pub zombies_rejoined: usize,
+    /// Milliseconds from SIGCONT (or PostgreSQL back) to "rejoined the cluster".
+    pub rejoin_ms: Vec<u64>,
+    /// The outages of twice the lease, and their length.
+    pub outages: usize,
+    pub outage_ms: Vec<u64>,
+    /// Listen streams a fenced instance ended (and that were opened again).
+    pub listens_fenced: usize,
     pub listens: usize,
     pub listens_reopened: usize,
     pub sse_messages: usize,
@@ -98,11 +127,9 @@ pub struct Shared {
     pub stats: Mutex<ScaleStats>,
     /// The PostgreSQL restarts: from the stop to a little after the start.
     outages: Mutex<Vec<(Instant, Instant)>>,
-    /// Instances that exited with status 75 during a PostgreSQL restart,
-    /// judged once its length is known: `(name, status)`.
-    pub outage_exits: Mutex<Vec<(String, String)>>,
-    /// ... and those excused: their lease loss was no fault of theirs.
-    pub excused: Mutex<HashSet<String>>,
+    /// Instances that fenced themselves in a PostgreSQL restart or outage
+    /// (their lease loss was no fault of theirs).
+    pub fenced_in_outage: Mutex<HashSet<String>>,
 }
 
 /// How long after PostgreSQL is back an instance may still find its
@@ -120,8 +147,7 @@ impl Shared {
             rng: Mutex::new(rng),
             stats: Mutex::new(ScaleStats::default()),
             outages: Mutex::new(Vec::new()),
-            outage_exits: Mutex::new(Vec::new()),
-            excused: Mutex::new(HashSet::new()),
+            fenced_in_outage: Mutex::new(HashSet::new()),
         }
     }
 
@@ -148,11 +174,6 @@ impl Shared {
     /// PostgreSQL is back.
     pub fn outage_ends(&self, i: usize) {
         self.outages.lock().unwrap()[i].1 = Instant::now() + RECONNECT_GRACE;
-    }
-
-    /// Whether PostgreSQL is restarting now (or was a moment ago).
-    pub fn in_outage(&self) -> bool {
-        self.overlaps_outage(Instant::now())
     }
 
     /// Whether a request sent at `sent` and answered now overlapped a
@@ -257,17 +278,22 @@ impl Shared {
             (FaultKind::Kill | FaultKind::Stop, Some(p)) => self.owned_roots(p, at),
             _ => Vec::new(),
         };
-        if kind != FaultKind::Postgres {
-            let mut w = self.windows.lock().unwrap();
-            for r in &owned {
-                *w.generation.entry(r.clone()).or_default() += 1;
-                w.open.insert(r.clone());
-            }
-            drop(w);
-            // What was read before the fault no longer shows a task parked
-            // on input for sure (`Model::parked_on_input`).
-            self.model().epoch += 1;
+        // Any instance may fence itself in a database fault and have its
+        // trees brought back (by itself or another).
+        let windowed = if kind.of_database() {
+            self.model().running_trees()
+        } else {
+            owned.clone()
+        };
+        let mut w = self.windows.lock().unwrap();
+        for r in &windowed {
+            *w.generation.entry(r.clone()).or_default() += 1;
+            w.open.insert(r.clone());
         }
+        drop(w);
+        // What was read before the fault no longer shows a task parked
+        // on input for sure (`Model::parked_on_input`).
+        self.model().epoch += 1;
         Fault {
             kind,
             proc,
@@ -276,17 +302,15 @@ impl Shared {
             before,
             touched,
             owned,
+            windowed,
             how,
         }
     }
 
     /// The new owners hold the fault's trees.
     pub fn close_window(&self, fault: &Fault) {
-        if fault.kind == FaultKind::Postgres {
-            return;
-        }
         let mut w = self.windows.lock().unwrap();
-        for r in &fault.owned {
+        for r in &fault.windowed {
             *w.generation.entry(r.clone()).or_default() += 1;
             w.open.remove(r);
         }
@@ -432,7 +456,7 @@ impl MultiRound {
             }
         };
         let Some(plan) = plan else { return };
-        let proc = if plan.kind == FaultKind::Postgres {
+        let proc = if plan.kind.of_database() {
             None
         } else {
             let root = task.and_then(|t| self.shared.model().tasks.get(t).map(|t| t.root.clone()));
@@ -496,10 +520,12 @@ impl MultiRound {
                             .is_some_and(|m| m.contains("lost its cluster lease")) =>
                 {
                     // A killed or stopped instance's last words, or one that
-                    // lost its lease and exits (whether it should have is the
-                    // exit checks' business).
+                    // lost its lease and is fenced until it rejoins (whether
+                    // it should have is the fence checks' business).
                     if idempotent {
                         self.shared.stats().retried_reads += 1;
+                        // Every instance may be fenced (a database outage).
+                        tokio::time::sleep(Duration::from_millis(20)).await;
                         continue;
                     }
                     if method == "tasks/steer" {
@@ -703,7 +729,17 @@ impl Calls for MultiRound {
                 }
                 first = false;
                 let (m2, p2) = (me.clone(), proc.clone());
+                // Whether the stream said anything (a refusal is a plain
+                // error answer, no stream), and whether it ended because its
+                // instance fenced itself.
+                let heard = Arc::new(AtomicBool::new(false));
+                let fenced = Arc::new(AtomicBool::new(false));
+                let (h2, f2) = (heard.clone(), fenced.clone());
                 let r = listen(&proc.client, &open, move |msg| {
+                    h2.store(true, Ordering::SeqCst);
+                    if msg["error"]["data"]["reason"] == "fenced" {
+                        f2.store(true, Ordering::SeqCst);
+                    }
                     if msg["method"] != "notifications/tasks" {
                         return;
                     }
@@ -727,11 +763,18 @@ impl Calls for MultiRound {
                 {
                     me.violate(format!("subscriptions/listen on {}: {e}", proc.name));
                 }
-                if !proc.faulted() {
+                let refused = !heard.load(Ordering::SeqCst);
+                let fenced = fenced.load(Ordering::SeqCst);
+                if fenced {
+                    me.shared.stats().listens_fenced += 1;
+                }
+                if !proc.faulted() && !refused && !fenced {
                     // The stream ended on an instance the test left alone.
                     return;
                 }
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // Refused: every instance may be fenced (a database outage).
+                let pause = if refused { 200 } else { 50 };
+                tokio::time::sleep(Duration::from_millis(pause)).await;
             }
         });
         self.listeners.lock().unwrap().push(job);
