@@ -372,6 +372,15 @@ impl Future for Gated<'_> {
             }
             let r = self.body.as_mut().poll(cx);
             if r.is_ready() {
+                // A poll under way when the lease lapsed (the process was
+                // stopped in the middle of it and runs again past its
+                // lease): its outcome is not this instance's to report any
+                // more. The handler stays frozen (it is never polled again).
+                if let Some(gate) = inner.lease.get()
+                    && !gate.valid()
+                {
+                    return std::task::Poll::Pending;
+                }
                 tracing::debug!(target: "subtask::handler", task = %ctx.task_id(), "handler returned");
             }
             return r;
