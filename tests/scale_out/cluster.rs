@@ -21,7 +21,7 @@ use crate::support::seed::Rng;
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What every instance logs: the handler events at debug, the rest at info.
-pub const RUST_LOG: &str = "info,subtask::handler=debug";
+pub const RUST_LOG: &str = "info,subtask::handler=debug,subtask::journal=debug";
 
 /// One process of one slot.
 pub struct Proc {
