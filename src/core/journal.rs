@@ -40,7 +40,7 @@ use serde_json::Value;
 
 use super::error::TransitionError;
 use super::forest::Forest;
-use super::record::{Ending, HandlerOutcome, HandlerState, Phase, TaskRecord};
+use super::record::{HandlerOutcome, HandlerState, Phase, TaskRecord};
 use crate::model::{ErrorCode, ErrorObject, TaskId, Timestamp};
 
 /// What a child was spawned as, on the child's record.
@@ -329,16 +329,7 @@ impl Forest {
             if let Some(a) = self.rec_mut_at(slot).active_mut() {
                 a.handler = HandlerState::Exited(HandlerOutcome::Aborted);
             }
-            let reason: std::sync::Arc<str> = "its parent's re-run no longer spawns it".into();
-            self.wind_down(
-                slot,
-                Ending::Failing {
-                    error: std::sync::Arc::new(error),
-                },
-                &|| Ending::Cancelling {
-                    reason: reason.clone(),
-                },
-            );
+            self.fail_cancelling_below(slot, error, "its parent's re-run no longer spawns it".to_owned());
         }
         self.end();
         orphans.len()
@@ -361,15 +352,10 @@ impl Forest {
             return Ok(());
         }
         self.begin(now);
-        let reason: std::sync::Arc<str> = "its parent's re-run diverged from its journal".into();
-        self.wind_down(
+        self.fail_cancelling_below(
             slot,
-            Ending::Failing {
-                error: std::sync::Arc::new(error),
-            },
-            &|| Ending::Cancelling {
-                reason: reason.clone(),
-            },
+            error,
+            "its parent's re-run diverged from its journal".to_owned(),
         );
         self.end();
         Ok(())

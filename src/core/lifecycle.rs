@@ -820,7 +820,7 @@ impl Forest {
 
     /// Fails the task in `slot` with `error` once its live descendants,
     /// cancelled for `reason` (one string shared by all of them), are terminal.
-    fn fail_cancelling_below(&mut self, slot: Slot, error: ErrorObject, reason: String) {
+    pub(crate) fn fail_cancelling_below(&mut self, slot: Slot, error: ErrorObject, reason: String) {
         let reason: Arc<str> = reason.into();
         self.wind_down(
             slot,

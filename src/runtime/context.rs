@@ -681,7 +681,6 @@ impl TaskContext {
             None
         };
         let parent = self.id;
-        let tree = self.tree.clone();
         let (id, job) = self.with(|st, now, post| -> Result<(TaskId, Option<StartJob>), TaskError> {
             super::plan::check_after(&st.forest, parent, &opts.after)?;
             if let Some(owner) = &st.owner {
@@ -706,30 +705,7 @@ impl TaskContext {
                     return Err(e.into());
                 }
             };
-            let job = StartJob {
-                tree: tree.clone(),
-                id,
-                body,
-                deps: opts.after.clone(),
-                rerun: false,
-                meta: None,
-                // A child of the parent task's span, also when the handler
-                // spawns from a future of its own that is outside it.
-                span: super::span::task_span(
-                    self.cell.span.get().unwrap_or(&tracing::Span::current()),
-                    id,
-                    Some(parent),
-                    tree.root,
-                    tree.label.as_deref(),
-                    None,
-                ),
-            };
-            let pending: Vec<TaskId> = opts
-                .after
-                .iter()
-                .copied()
-                .filter(|d| st.forest.task(*d).is_some_and(|r| !r.is_terminal()))
-                .collect();
+            let (job, pending) = self.child_job(st, id, body, &opts.after, false);
             Ok((
                 id,
                 super::tree::admit(
@@ -752,40 +728,55 @@ impl TaskContext {
         })
     }
 
+    /// The start job of child `id` of this task (`rerun` when a re-run
+    /// spawns it again), and which of its `after` dependencies are not
+    /// terminal yet. Under the tree lock.
+    fn child_job(
+        &self,
+        st: &TreeState,
+        id: TaskId,
+        body: HandlerBody,
+        after: &[TaskId],
+        rerun: bool,
+    ) -> (StartJob, Vec<TaskId>) {
+        let tree = &self.tree;
+        let job = StartJob {
+            tree: tree.clone(),
+            id,
+            body,
+            deps: after.to_vec(),
+            rerun,
+            meta: None,
+            // A child of the parent task's span, also when the handler
+            // spawns from a future of its own that is outside it.
+            span: super::span::task_span(
+                self.cell.span.get().unwrap_or(&tracing::Span::current()),
+                id,
+                Some(self.id),
+                tree.root,
+                tree.label.as_deref(),
+                None,
+            ),
+        };
+        let pending = after
+            .iter()
+            .copied()
+            .filter(|d| st.forest.task(*d).is_some_and(|r| !r.is_terminal()))
+            .collect();
+        (job, pending)
+    }
+
     /// A re-run spawns the child its first run spawned at this place:
     /// a child waiting to run again runs `body` (queued as any new
     /// subtask, after `opts.after`); a terminal child keeps its stored
     /// outcome and one whose handler had returned completes with its
     /// subtasks, `body` unused.
     fn respawn(&self, id: TaskId, opts: &SubtaskOptions, body: HandlerBody) -> SubtaskHandle {
-        let tree = self.tree.clone();
-        let parent = self.id;
         let unused = self.with(|st, now, post| {
             if !st.forest.claim(now, id) {
                 return Some(body);
             }
-            let job = StartJob {
-                tree: tree.clone(),
-                id,
-                body,
-                deps: opts.after.clone(),
-                rerun: true,
-                meta: None,
-                span: super::span::task_span(
-                    self.cell.span.get().unwrap_or(&tracing::Span::current()),
-                    id,
-                    Some(parent),
-                    tree.root,
-                    tree.label.as_deref(),
-                    None,
-                ),
-            };
-            let pending: Vec<TaskId> = opts
-                .after
-                .iter()
-                .copied()
-                .filter(|d| st.forest.task(*d).is_some_and(|r| !r.is_terminal()))
-                .collect();
+            let (job, pending) = self.child_job(st, id, body, &opts.after, true);
             let queued = super::tree::admit(st, now, job, &pending, Some(&self.inner.sched), post);
             debug_assert!(queued.is_none(), "a job admitted with a queue is queued");
             None
