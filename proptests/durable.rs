@@ -173,6 +173,23 @@ fn obj(v: Value) -> JsonObject {
     JsonObject::from_value(v).unwrap()
 }
 
+/// A checkpoint, noting the steers it took before the stop.
+async fn checkpoint(
+    ctx: &TaskContext,
+    sh: &Shared,
+    path: &str,
+) -> Result<Vec<String>, subtask::runtime::TaskError> {
+    let got = ctx.checkpoint().await?;
+    if !sh.stopped.load(Ordering::SeqCst) {
+        sh.taken
+            .lock()
+            .entry(path.to_owned())
+            .or_default()
+            .extend(got.iter().cloned());
+    }
+    Ok(got)
+}
+
 fn node(ctx: TaskContext, script: Node, path: String, sh: Arc<Shared>) -> BoxFuture<'static, HandlerResult> {
     Box::pin(async move {
         sh.body_ran(&path);
@@ -206,15 +223,7 @@ fn node(ctx: TaskContext, script: Node, path: String, sh: Arc<Shared>) -> BoxFut
                     kids.push(h);
                 }
                 Op::Checkpoint => {
-                    let got = ctx.checkpoint().await?;
-                    if !sh.stopped.load(Ordering::SeqCst) {
-                        sh.taken
-                            .lock()
-                            .entry(path.clone())
-                            .or_default()
-                            .extend(got.iter().cloned());
-                    }
-                    steers.extend(got);
+                    steers.extend(checkpoint(&ctx, &sh, &path).await?);
                 }
                 Op::Input => {
                     let a = ctx.request_input(format!("k{i}"), obj(json!({"ask": i}))).await?;
@@ -229,15 +238,7 @@ fn node(ctx: TaskContext, script: Node, path: String, sh: Arc<Shared>) -> BoxFut
                 other => json!(format!("{other:?}")),
             });
         }
-        let got = ctx.checkpoint().await?;
-        if !sh.stopped.load(Ordering::SeqCst) {
-            sh.taken
-                .lock()
-                .entry(path.clone())
-                .or_default()
-                .extend(got.iter().cloned());
-        }
-        steers.extend(got);
+        steers.extend(checkpoint(&ctx, &sh, &path).await?);
         Ok(obj(json!({
             "path": path, "steps": steps, "children": children, "inputs": inputs, "steers": steers,
         })))

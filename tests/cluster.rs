@@ -777,18 +777,8 @@ async fn a_rolling_restart_under_load_completes_every_tree_and_redoes_nothing() 
         assert_eq!(child_ids(&done).len(), 3, "nothing appended: {done}");
     }
     // Every process's journal lines, in time order.
-    let mut lines: Vec<String> = logs
-        .iter()
-        .flat_map(|l| read(l).lines().map(str::to_owned).collect::<Vec<_>>())
-        .filter(|l| l.starts_with("20"))
-        .collect();
-    lines.sort();
     let mut redone = support::redone::Redone::default();
-    redone.feed(
-        &lines.join("\n"),
-        &std::collections::HashSet::new(),
-        "the cluster",
-    );
+    redone.feed_merged(&logs, "the cluster");
     assert!(redone.steps_redone.is_empty(), "{:?}", redone.steps_redone);
     assert_eq!(redone.steps_recorded, 6 * 4 * 40, "{}", redone.summary());
     assert_eq!(

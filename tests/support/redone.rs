@@ -37,6 +37,24 @@ fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
 }
 
 impl Redone {
+    /// Reads the logs of processes that ran at the same time (a cluster),
+    /// their lines merged in time order (one machine, one clock).
+    pub fn feed_merged(&mut self, logs: &[std::path::PathBuf], name: &str) {
+        let mut lines: Vec<String> = logs
+            .iter()
+            .flat_map(|l| {
+                std::fs::read_to_string(l)
+                    .unwrap_or_default()
+                    .lines()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .filter(|l| l.starts_with("20"))
+            .collect();
+        lines.sort();
+        self.feed(&lines.join("\n"), &HashSet::new(), name);
+    }
+
     /// Reads one process's log. `completed` holds the tasks a client had
     /// seen completed before this process started.
     pub fn feed(&mut self, log: &str, completed: &HashSet<String>, name: &str) {
