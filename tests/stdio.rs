@@ -705,14 +705,27 @@ async fn background_answers_and_control_tools_over_stdio() {
             version >= "2025-06-18",
             "{r}"
         );
-        let st = s
-            .result(
-                "tools/call",
-                json!({"name": "task_status", "arguments": {"taskId": id}}),
-            )
-            .await;
-        let st_text = st["content"][0]["text"].as_str().unwrap();
-        assert!(st_text.contains("3 tasks"), "{version}: {st_text}");
+        // The root spawns its children one after another as it runs: the
+        // status names the whole tree once both are spawned.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let st = s
+                .result(
+                    "tools/call",
+                    json!({"name": "task_status", "arguments": {"taskId": id}}),
+                )
+                .await;
+            let st_text = st["content"][0]["text"].as_str().unwrap().to_owned();
+            assert!(st_text.contains(&id), "{version}: {st_text}");
+            if st_text.contains("3 tasks") {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{version}: the tree never showed 3 tasks: {st_text}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
         let c = s
             .result(
                 "tools/call",
