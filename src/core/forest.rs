@@ -494,6 +494,24 @@ impl Forest {
         Ok(id)
     }
 
+    /// Checks the `after` dependencies of a subtask about to be created
+    /// under `parent`: each must be an existing child of `parent`, so an
+    /// earlier sibling. Such edges always point backwards in creation
+    /// order, so they cannot form a cycle. O(dependencies).
+    ///
+    /// # Errors
+    ///
+    /// The first dependency that is not a child of `parent`.
+    pub fn check_after(&self, parent: TaskId, after: &[TaskId]) -> Result<(), TaskId> {
+        match after
+            .iter()
+            .find(|dep| self.task(**dep).and_then(TaskRecord::parent) != Some(parent))
+        {
+            Some(dep) => Err(*dep),
+            None => Ok(()),
+        }
+    }
+
     /// Creates a subtask under `parent`, appended to its `childTaskIds`.
     ///
     /// The child's TTL is clamped to the parent's expiry (I8); a child of a

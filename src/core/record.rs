@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::table::Slot;
 use crate::model::{
-    ClientView, DetailedTask, ErrorObject, JsonObject, Task, TaskId, TaskPayload, TaskStatus, Timestamp,
+    ClientView, DetailedTask, ErrorObject, JsonObject, Task, TaskId, TaskOutcome, TaskPayload, TaskStatus,
+    Timestamp,
 };
 
 /// What the handler of a task returned.
@@ -439,6 +440,16 @@ impl TaskRecord {
     /// `true` once completed, failed or cancelled.
     pub fn is_terminal(&self) -> bool {
         matches!(self.phase, Phase::Terminal(_))
+    }
+
+    /// The task's outcome once terminal, `None` while it is active.
+    pub fn outcome(&self) -> Option<TaskOutcome> {
+        match &self.phase {
+            Phase::Active(_) => None,
+            Phase::Terminal(Terminal::Completed { result }) => Some(TaskOutcome::Completed(result.clone())),
+            Phase::Terminal(Terminal::Failed { error }) => Some(TaskOutcome::Failed((**error).clone())),
+            Phase::Terminal(Terminal::Cancelled { .. }) => Some(TaskOutcome::Cancelled),
+        }
     }
 
     /// The wire status (with `paused` shown as such).
