@@ -66,4 +66,5 @@ pub mod rmcp;
 pub mod runtime;
 #[cfg(feature = "server")]
 pub mod server;
+mod sharded;
 pub mod store;

@@ -8,29 +8,21 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, Stream};
 use tracing::Instrument;
 
+use super::cell::TaskCell;
+use super::driver::Gated;
 use super::durable::JournalCursor;
 use super::error::{Interrupted, RuntimeError};
 use super::inner::Inner;
-use super::scheduler::Gated;
-use super::tree::{Exit, HandlerBody, Post, StartJob, TaskCell, TaskRt, TreeCell, TreeState};
-use crate::core::{
-    ChildOptions, HandlerOutcome, Phase, SafePoint, Slot, TaskRecord, Terminal, TransitionError,
-};
+use super::tree::{Exit, Post, StartJob, TaskRt, TreeCell, TreeState};
+use crate::core::{ChildOptions, HandlerOutcome, SafePoint, Slot, TaskRecord, TransitionError};
 use crate::model::{ErrorCode, ErrorObject, JsonObject, TaskId, TaskOutcome};
 
 /// What a handler returns: a result (e.g. a `CallToolResult`, also with
 /// `isError: true`), or a JSON-RPC error that fails the task.
 pub type HandlerResult = Result<JsonObject, ErrorObject>;
 
-/// The outcome of a terminal task record, `None` while it is active.
-pub(crate) fn outcome_of(rec: &TaskRecord) -> Option<TaskOutcome> {
-    match rec.phase() {
-        Phase::Active(_) => None,
-        Phase::Terminal(Terminal::Completed { result }) => Some(TaskOutcome::Completed(result.clone())),
-        Phase::Terminal(Terminal::Failed { error }) => Some(TaskOutcome::Failed((**error).clone())),
-        Phase::Terminal(Terminal::Cancelled { .. }) => Some(TaskOutcome::Cancelled),
-    }
-}
+/// The body of a handler, boxed until it starts.
+pub type HandlerBody = Box<dyn FnOnce(TaskContext) -> BoxFuture<'static, HandlerResult> + Send>;
 
 /// The outcome of a dependency named in [`SubtaskOptions::after`], handed to
 /// the dependent subtask when it starts.
@@ -146,25 +138,6 @@ impl From<TransitionError> for TaskError {
     }
 }
 
-impl TaskCell {
-    /// Resolves once the cancel flag is set, woken through `grace` (the
-    /// handler's own task is the only one that waits here): no `Notify`
-    /// registration beside the handler's own waits.
-    fn ended(&self) -> impl Future<Output = ()> + '_ {
-        std::future::poll_fn(move |cx| {
-            if self.is_ending() {
-                return std::task::Poll::Ready(());
-            }
-            self.grace.register(cx.waker());
-            if self.is_ending() {
-                std::task::Poll::Ready(())
-            } else {
-                std::task::Poll::Pending
-            }
-        })
-    }
-}
-
 /// What a handler starts with (from `Inner::start_job`).
 pub(crate) struct Started {
     pub(crate) id: TaskId,
@@ -248,7 +221,7 @@ impl TaskContext {
 
     /// Runs `fut` with this handler's scheduler slot given back.
     async fn parked<F: Future>(&self, fut: F) -> F::Output {
-        super::scheduler::parked(&self.inner, &self.cell, self.tree.root, fut).await
+        super::driver::parked(&self.inner, &self.cell, self.tree.root, fut).await
     }
 
     /// A wait at a safe point (parked, and not busy for a drain). While
@@ -682,7 +655,11 @@ impl TaskContext {
         };
         let parent = self.id;
         let (id, job) = self.with(|st, now, post| -> Result<(TaskId, Option<StartJob>), TaskError> {
-            super::plan::check_after(&st.forest, parent, &opts.after)?;
+            if let Err(dependency) = st.forest.check_after(parent, &opts.after) {
+                return Err(TaskError::Rejected(RuntimeError::InvalidDependency {
+                    dependency,
+                }));
+            }
             if let Some(owner) = &st.owner {
                 owner.try_reserve().map_err(TaskError::Rejected)?;
             }
@@ -928,7 +905,7 @@ impl SubtaskHandle {
                 match st.forest.task(id) {
                     None => return TaskOutcome::Cancelled,
                     Some(r) => {
-                        if let Some(o) = outcome_of(r) {
+                        if let Some(o) = r.outcome() {
                             return o;
                         }
                     }

@@ -12,6 +12,29 @@
 //! * Timers live in ordered heaps (one per tree in the core, one across trees
 //!   here); nothing sweeps over all tasks.
 //!
+//! # Layout
+//!
+//! Each type has one home, and the modules form layers (a module uses only
+//! those above it, but for the one loop every handler runtime has: the
+//! driver starts a handler with a [`TaskContext`], and the context calls
+//! back into the driver):
+//!
+//! * `scheduler`: slots and queues of jobs, generic over the job; knows
+//!   nothing of tasks. `cell`: a live task's cell and its slot state
+//!   machine (`SlotState`, transitions returning `#[must_use]` outcomes).
+//! * `tree`: one tree's data (its lock, side table, jobs, exits, `Post`);
+//!   `owner`: a principal's live-task limit and tree list; `inner`: the
+//!   runtime's shared state (index, scheduler, timers, clock, store).
+//! * `driver`: every `impl Inner` that moves trees (commands and effects,
+//!   handler starts and exits, slot accounting, timers), with the complete
+//!   lock order in its module documentation.
+//! * `context` (the handler's API), `durable` (its journal cursor), `plan`,
+//!   then `Runtime`'s methods here and in `recovery`, `drain`, `owned`, `view`.
+//!
+//! The lifecycle rules themselves (including the check of a subtask's
+//! `after` dependencies) are the core's; the store knows nothing of this
+//! layer.
+//!
 //! # Examples
 //!
 //! ```
@@ -32,15 +55,17 @@
 //! # }
 //! ```
 
+mod cell;
 mod config;
 mod context;
 mod drain;
+mod driver;
 mod durable;
 mod error;
 mod inner;
-mod lease;
 #[cfg(feature = "server")]
 mod owned;
+mod owner;
 pub mod persist;
 mod plan;
 mod recovery;
@@ -62,12 +87,15 @@ use futures::Stream;
 
 /// How a task ended (the one outcome type, defined in [`model`](crate::model)).
 pub use crate::model::TaskOutcome;
+/// A cluster lease's deadline, kept by the store (re-exported here: it stops the runtime's handlers).
+pub use crate::store::LeaseGate;
 pub use config::RuntimeConfig;
-pub use context::{DependencyOutcome, HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError};
+pub use context::{
+    DependencyOutcome, HandlerBody, HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError,
+};
 pub use drain::DrainReport;
 pub use durable::JOURNAL_TARGET;
 pub use error::{Interrupted, RuntimeError};
-pub use lease::LeaseGate;
 pub use plan::SubtaskPlan;
 pub use span::STATUS_TARGET;
 
@@ -80,9 +108,8 @@ use crate::store::{StoreError, TaskStore, TreeMeta};
 use inner::Inner;
 #[cfg(feature = "server")]
 pub(crate) use owned::{Applied, Command, ListPosition};
+pub use owner::Owner;
 pub use recovery::{Launch, RecoveryReport};
-pub use tree::HandlerBody;
-pub use tree::Owner;
 use tree::{Durable, RtTable, StartJob, TreeCell, TreeState};
 
 /// The task runtime. Cheap to clone and share; every clone drives the same tasks.
@@ -122,7 +149,7 @@ impl Runtime {
 
     fn build(config: RuntimeConfig, store: Option<Arc<dyn TaskStore>>) -> Self {
         let inner = Arc::new(Inner::new(config, store));
-        tokio::spawn(inner::timer_driver(Arc::downgrade(&inner)));
+        tokio::spawn(driver::timer_driver(Arc::downgrade(&inner)));
         Runtime { inner }
     }
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::tree::Owner;
+use super::owner::Owner;
 use super::{Runtime, RuntimeError};
 use crate::model::{ClientView, DetailedTask, InputResponses, TaskId};
 use crate::store::{StoreError, Ticket, WriteOp};

@@ -9,29 +9,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 
-use super::context::{HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError};
+use super::context::{HandlerBody, HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError};
 use super::error::RuntimeError;
-use super::tree::HandlerBody;
-use crate::model::TaskId;
-
-/// Checks that every `after` entry is an existing child of the parent (an
-/// earlier sibling of the subtask about to be created). Such edges always
-/// point backwards in creation order, so they cannot form a cycle.
-pub(crate) fn check_after(
-    forest: &crate::core::Forest,
-    parent: TaskId,
-    after: &[TaskId],
-) -> Result<(), TaskError> {
-    // O(dependencies): each must be a child of `parent` (so an earlier sibling).
-    for dep in after {
-        if forest.task(*dep).and_then(crate::core::TaskRecord::parent) != Some(parent) {
-            return Err(TaskError::Rejected(RuntimeError::InvalidDependency {
-                dependency: *dep,
-            }));
-        }
-    }
-    Ok(())
-}
 
 struct Step {
     name: String,

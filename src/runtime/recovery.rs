@@ -6,7 +6,9 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::Runtime;
-use super::tree::{Durable, HandlerBody, Owner, Post, RtTable, StartJob, TreeCell, TreeState};
+use super::context::HandlerBody;
+use super::owner::Owner;
+use super::tree::{Durable, Post, RtTable, StartJob, TreeCell, TreeState};
 use crate::core::{Forest, TaskRecord, decode_state};
 use crate::store::{StoreError, StoredTree, TreeMeta};
 

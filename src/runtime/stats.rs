@@ -23,13 +23,18 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
 use std::time::Duration;
 
 use parking_lot::RwLock;
 
 use crate::core::Slot;
 use crate::model::TaskStatus;
+use crate::sharded::Sharded;
+pub use crate::sharded::{Histogram, HistogramSnapshot, SHARDS};
+/// A store's commit figures, kept by the store (re-exported here, where
+/// the runtime's other figures are).
+pub use crate::store::{COMMIT_SECONDS_BUCKETS, CommitStats, GROUP_SIZE_BUCKETS};
 
 /// Upper bounds (seconds) of the handler run time histogram: long-running
 /// tasks, from a millisecond to an hour. Run times are whole milliseconds
@@ -39,199 +44,6 @@ use crate::model::TaskStatus;
 pub const HANDLER_SECONDS_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0,
 ];
-
-/// Upper bounds (seconds) of the store commit histogram: 50 us to 2.5 s.
-pub const COMMIT_SECONDS_BUCKETS: &[f64] = &[
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5,
-];
-
-/// Upper bounds of the store group size histogram (batches per commit).
-pub const GROUP_SIZE_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0, 4096.0];
-
-/// What a store's writer counts per group commit: how long the commit
-/// took and how many batches (commands) it carried. Kept by the SQLite and
-/// PostgreSQL writers ([`TaskStore::commit_stats`](crate::store::TaskStore::commit_stats)).
-#[derive(Debug)]
-pub struct CommitStats {
-    duration: Histogram,
-    group: Histogram,
-    sync: Histogram,
-}
-
-impl Default for CommitStats {
-    fn default() -> Self {
-        CommitStats {
-            duration: Histogram::new(COMMIT_SECONDS_BUCKETS, 1e-9),
-            group: Histogram::new(GROUP_SIZE_BUCKETS, 1.0),
-            sync: Histogram::new(COMMIT_SECONDS_BUCKETS, 1e-9),
-        }
-    }
-}
-
-impl CommitStats {
-    /// Records one committed group of `batches` batches that took `took`.
-    pub fn committed(&self, took: Duration, batches: usize) {
-        self.duration.observe_duration(took);
-        self.group.observe_count(batches as u64);
-    }
-
-    /// Records one fsync of a stage of its own (SQLite's syncer) that took
-    /// `took`; commits the fsync covered become durable as it returns.
-    pub fn synced(&self, took: Duration) {
-        self.sync.observe_duration(took);
-    }
-
-    /// Durations of the fsyncs of a stage of its own (seconds).
-    pub fn sync_duration(&self) -> HistogramSnapshot {
-        self.sync.snapshot()
-    }
-
-    /// Commit durations (seconds).
-    pub fn duration(&self) -> HistogramSnapshot {
-        self.duration.snapshot()
-    }
-
-    /// Batches per commit.
-    pub fn group_size(&self) -> HistogramSnapshot {
-        self.group.snapshot()
-    }
-}
-
-/// Shards of every counter: a thread counts in shard `i % SHARDS` where
-/// `i` numbers threads in the order they first count.
-pub const SHARDS: usize = 16;
-
-/// Counters per cache line (128 bytes: two 64-byte lines, as adjacent
-/// lines are fetched in pairs).
-const PER_LINE: usize = 16;
-
-#[derive(Debug, Default)]
-#[repr(align(128))]
-struct Line([AtomicU64; PER_LINE]);
-
-/// This thread's shard.
-fn shard() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
-    }
-    SHARD.with(|s| *s)
-}
-
-/// `n` counters, sharded: each shard on lines of its own. Counters wrap,
-/// so a signed gauge is a counter read as `i64`.
-#[derive(Debug)]
-struct Sharded {
-    n: usize,
-    lines_per_shard: usize,
-    lines: Box<[Line]>,
-}
-
-impl Sharded {
-    fn new(n: usize) -> Self {
-        let lines_per_shard = n.div_ceil(PER_LINE).max(1);
-        Sharded {
-            n,
-            lines_per_shard,
-            lines: (0..SHARDS * lines_per_shard).map(|_| Line::default()).collect(),
-        }
-    }
-
-    fn cell(&self, shard: usize, i: usize) -> &AtomicU64 {
-        &self.lines[shard * self.lines_per_shard + i / PER_LINE].0[i % PER_LINE]
-    }
-
-    /// Adds `delta` (wrapping) to counter `i` in this thread's shard.
-    fn add(&self, i: usize, delta: u64) {
-        debug_assert!(i < self.n);
-        self.cell(shard(), i).fetch_add(delta, Ordering::Relaxed);
-    }
-
-    /// Counter `i` summed over the shards.
-    fn sum(&self, i: usize) -> u64 {
-        (0..SHARDS).fold(0u64, |acc, s| {
-            acc.wrapping_add(self.cell(s, i).load(Ordering::Relaxed))
-        })
-    }
-}
-
-/// A histogram of fixed buckets, kept with relaxed atomics: one add to a
-/// bucket and one to the sum per observation (in the thread's shard). The
-/// count is the sum of the buckets, so a scrape never sees a count that
-/// disagrees with them.
-#[derive(Debug)]
-pub struct Histogram {
-    bounds: &'static [f64],
-    /// Observations per bucket (not cumulative; the last is `+Inf`), then
-    /// the sum of the observations in `scale` units.
-    cells: Sharded,
-    /// What one unit of the sum is worth (1e-9 for nanoseconds).
-    scale: f64,
-}
-
-/// A histogram as read at one moment.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HistogramSnapshot {
-    /// Cumulative counts: (upper bound, observations at or below it); the
-    /// `+Inf` bucket is `count`.
-    pub buckets: Vec<(f64, u64)>,
-    /// Observations.
-    pub count: u64,
-    /// The sum of the observations (seconds, or items).
-    pub sum: f64,
-}
-
-impl Histogram {
-    /// A histogram with `bounds` (ascending) whose sum is kept in units of
-    /// `scale` (a duration histogram keeps nanoseconds: `1e-9`).
-    pub fn new(bounds: &'static [f64], scale: f64) -> Self {
-        Histogram {
-            bounds,
-            cells: Sharded::new(bounds.len() + 2),
-            scale,
-        }
-    }
-
-    /// Records a duration (a histogram made with `scale` 1e-9).
-    pub fn observe_duration(&self, d: Duration) {
-        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.observe_units(d.as_secs_f64(), nanos);
-    }
-
-    /// Records a count (a histogram made with `scale` 1).
-    pub fn observe_count(&self, n: u64) {
-        self.observe_units(n as f64, n);
-    }
-
-    fn observe_units(&self, value: f64, units: u64) {
-        let i = self
-            .bounds
-            .iter()
-            .position(|b| value <= *b)
-            .unwrap_or(self.bounds.len());
-        let s = shard();
-        self.cells.cell(s, i).fetch_add(1, Ordering::Relaxed);
-        self.cells
-            .cell(s, self.bounds.len() + 1)
-            .fetch_add(units, Ordering::Relaxed);
-    }
-
-    /// The histogram now.
-    pub fn snapshot(&self) -> HistogramSnapshot {
-        let mut buckets = Vec::with_capacity(self.bounds.len());
-        let mut seen = 0u64;
-        for (i, b) in self.bounds.iter().enumerate() {
-            seen += self.cells.sum(i);
-            buckets.push((*b, seen));
-        }
-        seen += self.cells.sum(self.bounds.len());
-        HistogramSnapshot {
-            buckets,
-            count: seen,
-            sum: self.cells.sum(self.bounds.len() + 1) as f64 * self.scale,
-        }
-    }
-}
 
 /// The live statuses, in the order of [`ToolStats`]' gauges.
 pub const LIVE_STATUSES: [TaskStatus; 3] =

@@ -1,31 +1,35 @@
-//! One tree's state behind its own lock, and how effects of the core are
-//! turned into wake-ups, scheduling, timers and index updates.
+//! One tree's runtime data: its state behind its own lock (the forest, the
+//! side table of live tasks, its owner, its write position), the handlers
+//! waiting to start ([`StartJob`], [`Job`]), the exits waiting to be applied,
+//! and the follow-up work a command leaves for after the lock ([`Post`]).
 //!
-//! Lock order: a tree's `state` lock is never held while taking the
-//! scheduler's, the timer queue's or the index's lock; effects are absorbed
-//! under the tree lock into a [`Post`] list that runs after it is released
-//! (compute under the lock, notify after unlock).
+//! Data and the small steps done under the tree lock only; the code that
+//! drives a tree (commands, effects, starts and exits, slots) is the
+//! driver's (`driver/`), whose module documentation gives the lock order.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use futures::future::BoxFuture;
-use futures::task::AtomicWaker;
 use parking_lot::Mutex;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 
-use super::context::{DependencyOutcome, HandlerResult, Started, TaskContext};
-use super::error::RuntimeError;
-use super::inner::Inner;
-use super::scheduler::{Scheduler, SlotState};
-use super::stats::{StatsDelta, ToolStats};
-use crate::core::{Effect, Forest, HandlerOutcome, Slot, TaskRecord, TransitionError};
+use super::cell::TaskCell;
+use super::context::HandlerBody;
+use super::owner::Owner;
+use super::scheduler::Scheduler;
+use super::stats::ToolStats;
+use crate::core::{Forest, HandlerOutcome, Slot};
 use crate::model::{JsonObject, TaskId, Timestamp};
-use crate::store::{Ticket, TreeMeta, WriteBatch, WriteOp};
+use crate::store::{Ticket, TreeMeta, WriteOp};
 
-/// The body of a handler, boxed until it starts.
-pub type HandlerBody = Box<dyn FnOnce(TaskContext) -> BoxFuture<'static, HandlerResult> + Send>;
+/// Work waiting for a scheduler slot.
+pub(crate) enum Job {
+    /// Start a queued task's handler.
+    Start(StartJob),
+    /// Give a slot back to a handler that was parked (awaiting input, a
+    /// subtask, or resume) and wants to continue.
+    Resume(Arc<TaskCell>, oneshot::Sender<()>),
+}
 
 /// A queued task's handler, waiting for its dependencies, a slot, or resume.
 pub(crate) struct StartJob {
@@ -46,59 +50,6 @@ pub(crate) struct StartJob {
     pub(crate) span: tracing::Span,
 }
 
-/// A live task's shared runtime state: its wake-up channel (for everything
-/// that waits on the task: its handler, a parent awaiting it, subscribers),
-/// its cancel flag, and, while its handler runs, whether that handler holds
-/// a scheduler slot. One allocation per task that is waited on or running.
-pub(crate) struct TaskCell {
-    /// Woken on every change of the task (status, steer, input, resume, cancel).
-    pub(crate) notify: Notify,
-    /// Set under the tree lock once the task winds down (a cancel or a
-    /// failure was decided) or ends, before its waiters are woken: the
-    /// handler's `cancelled()` reads it without taking the tree lock.
-    ending: AtomicBool,
-    /// The forest epoch of the last command that queued this cell for a
-    /// wake-up, so one command wakes it once however many effects it had.
-    stamp: AtomicU64,
-    /// The handler's task, woken when the cancel flag is set so its grace
-    /// timer starts even if the handler itself waits on something else.
-    pub(crate) grace: AtomicWaker,
-    /// Whether the handler holds a scheduler slot (see `scheduler.rs`).
-    pub(crate) sched_slot: Mutex<SlotState>,
-    /// The task's span, from its handler's start (`Inner::start_job`): the
-    /// parent of its subtasks' spans, and where its final status is
-    /// recorded as it turns terminal.
-    pub(crate) span: std::sync::OnceLock<tracing::Span>,
-    /// When the handler started (ms on the runtime's clock, as the start
-    /// command read it), for the handler run time metric: taken from the
-    /// clock readings the start and exit commands make anyway, so timing
-    /// a handler reads no clock of its own.
-    pub(crate) started_ms: AtomicU64,
-}
-
-impl TaskCell {
-    fn new(ending: bool) -> Arc<TaskCell> {
-        Arc::new(TaskCell {
-            notify: Notify::new(),
-            ending: AtomicBool::new(ending),
-            stamp: AtomicU64::new(u64::MAX),
-            grace: AtomicWaker::new(),
-            sched_slot: Mutex::new(SlotState::default()),
-            span: std::sync::OnceLock::new(),
-            started_ms: AtomicU64::new(0),
-        })
-    }
-
-    /// Whether the task winds down or ended.
-    pub(crate) fn is_ending(&self) -> bool {
-        self.ending.load(Ordering::Acquire)
-    }
-
-    fn set_ending(&self) {
-        self.ending.store(true, Ordering::Release);
-    }
-}
-
 /// Runtime-side data of a live task: created on demand, dropped when the
 /// task becomes terminal.
 #[derive(Default)]
@@ -106,7 +57,7 @@ pub(crate) struct TaskRt {
     /// The task's cell, once something waits on it or its handler runs.
     pub(crate) cell: Option<Arc<TaskCell>>,
     /// What few tasks need, kept out of line so the table stays dense.
-    rare: Option<Box<RareRt>>,
+    pub(crate) rare: Option<Box<RareRt>>,
 }
 
 /// The rarely used part of [`TaskRt`].
@@ -172,14 +123,14 @@ impl RtTable {
     }
 
     /// Takes every entry (the tree was deleted).
-    fn take_all(&mut self) -> Vec<TaskRt> {
+    pub(crate) fn take_all(&mut self) -> Vec<TaskRt> {
         let all = std::mem::take(&mut self.slots).into_iter().flatten().collect();
         self.occupied = 0;
         all
     }
 
     /// Frees the table when no entry is left (an idle tree holds none).
-    fn shrink_if_idle(&mut self) {
+    pub(crate) fn shrink_if_idle(&mut self) {
         if self.occupied == 0 && self.slots.capacity() > 0 {
             self.slots = Vec::new();
         }
@@ -203,129 +154,6 @@ pub(crate) struct Durable {
     pub(crate) version: u64,
     /// Ticket of the tree's last batch: what a reader waits for.
     pub(crate) ticket: Ticket,
-}
-
-/// A principal that owns trees, with a limit on its live (non-terminal)
-/// tasks and the list of its trees in creation order (for `tasks/list`).
-///
-/// Lock order: a tree's lock may be held while taking the list's lock
-/// (a deleted tree leaves the list under its own lock), never the reverse.
-#[derive(Debug)]
-pub struct Owner {
-    name: Arc<str>,
-    live: AtomicUsize,
-    /// Live tasks of this principal on other cluster instances, as they
-    /// last published them (counted against the limit).
-    elsewhere: AtomicUsize,
-    max_live: usize,
-    trees: Mutex<OwnedTrees>,
-}
-
-/// An owner's trees by list position (a position is never reused), and
-/// each root's position, so that a deleted tree leaves the list.
-#[derive(Debug, Default)]
-struct OwnedTrees {
-    last: u64,
-    by_position: BTreeMap<u64, Weak<TreeCell>>,
-    position_of: HashMap<TaskId, u64>,
-}
-
-impl Owner {
-    /// A principal allowed `max_live` non-terminal tasks at once.
-    pub fn new(name: impl Into<Arc<str>>, max_live: usize) -> Arc<Owner> {
-        Arc::new(Owner {
-            name: name.into(),
-            live: AtomicUsize::new(0),
-            elsewhere: AtomicUsize::new(0),
-            max_live,
-            trees: Mutex::new(OwnedTrees::default()),
-        })
-    }
-
-    /// Appends a tree to the owner's list.
-    pub(crate) fn enlist(&self, tree: &Arc<TreeCell>) {
-        let mut trees = self.trees.lock();
-        trees.last += 1;
-        let position = trees.last;
-        trees.by_position.insert(position, Arc::downgrade(tree));
-        trees.position_of.insert(tree.root, position);
-    }
-
-    /// Removes a deleted tree from the list.
-    pub(crate) fn delist(&self, root: TaskId) {
-        let mut trees = self.trees.lock();
-        if let Some(position) = trees.position_of.remove(&root) {
-            trees.by_position.remove(&position);
-        }
-    }
-
-    #[cfg(feature = "server")]
-    /// Up to `max` listed trees from `position` on, in list order.
-    pub(crate) fn trees_from(&self, position: u64, max: usize) -> Vec<(u64, Weak<TreeCell>)> {
-        self.trees
-            .lock()
-            .by_position
-            .range(position..)
-            .take(max)
-            .map(|(p, t)| (*p, t.clone()))
-            .collect()
-    }
-
-    /// Up to `max` listed trees before `position`, newest first.
-    #[cfg(feature = "ui")]
-    pub(crate) fn trees_before(&self, position: u64, max: usize) -> Vec<(u64, Weak<TreeCell>)> {
-        self.trees
-            .lock()
-            .by_position
-            .range(..position)
-            .rev()
-            .take(max)
-            .map(|(p, t)| (*p, t.clone()))
-            .collect()
-    }
-
-    /// The principal's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Non-terminal tasks it owns now.
-    pub fn live(&self) -> usize {
-        self.live.load(Ordering::Relaxed)
-    }
-
-    /// The limit on live tasks.
-    pub fn max_live(&self) -> usize {
-        self.max_live
-    }
-
-    /// Counts `n` live tasks recovered after a restart (not limited: they
-    /// existed before).
-    pub(crate) fn force_reserve(&self, n: usize) {
-        self.live.fetch_add(n, Ordering::AcqRel);
-    }
-
-    /// Reserves one live task, or says the limit is reached.
-    pub(crate) fn try_reserve(&self) -> Result<(), RuntimeError> {
-        let before = self.live.fetch_add(1, Ordering::AcqRel);
-        if before + self.elsewhere.load(Ordering::Relaxed) >= self.max_live {
-            self.live.fetch_sub(1, Ordering::AcqRel);
-            return Err(RuntimeError::TooManyLiveTasks { max: self.max_live });
-        }
-        Ok(())
-    }
-
-    /// Sets the live tasks this principal has on other cluster instances.
-    #[cfg(all(feature = "server", feature = "postgres"))]
-    pub(crate) fn set_elsewhere(&self, n: usize) {
-        self.elsewhere.store(n, Ordering::Relaxed);
-    }
-
-    pub(crate) fn release(&self) {
-        let _ = self
-            .live
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
-    }
 }
 
 impl TreeState {
@@ -358,7 +186,7 @@ pub(crate) struct TreeCell {
     pub(crate) label: Option<Arc<str>>,
     /// The counters of the label's tool, resolved once for the tree
     /// (`None`: unlabeled, counted in the runtime's `Stats::unlabeled`;
-    /// read it with [`Inner::tool_of`]).
+    /// read it with `Inner::tool_of`).
     pub(crate) tool: Option<Arc<ToolStats>>,
     /// Durable execution: the tree's handlers keep a journal and run
     /// again in place after a stop (a resumable tool's tree).
@@ -367,18 +195,18 @@ pub(crate) struct TreeCell {
     /// Woken whenever any task of the tree changes.
     pub(crate) changed: Notify,
     /// Handlers that returned and wait for their `finish` to be applied
-    /// ([`Inner::exit`]); boxed while any wait, `None` otherwise.
-    exits: Mutex<Option<Box<Exits>>>,
+    /// (`Inner::exit`); boxed while any wait, `None` otherwise.
+    pub(crate) exits: Mutex<Option<Box<Exits>>>,
 }
 
 /// Exits waiting for the tree lock. A returning handler never blocks on the
 /// tree lock: it queues its exit here, and one thread at a time (the
 /// drainer) applies every queued exit under one tree lock acquisition.
 #[derive(Default)]
-struct Exits {
-    queue: Vec<Exit>,
+pub(crate) struct Exits {
+    pub(crate) queue: Vec<Exit>,
     /// A thread is applying exits; it takes the queue again before it stops.
-    draining: bool,
+    pub(crate) draining: bool,
 }
 
 impl TreeCell {
@@ -413,20 +241,16 @@ pub(crate) struct Exit {
     pub(crate) rerun: bool,
 }
 
-/// Exits applied by one drainer before it hands the rest to a fresh tokio
-/// task, so a worker is not held by a long stream of exits.
-const DRAIN_BUDGET: usize = 4096;
-
 /// What to do once the tree lock is released.
 #[derive(Default)]
 pub(crate) struct Post {
-    notify: Vec<Arc<TaskCell>>,
-    tree_changed: bool,
-    created: Vec<TaskId>,
-    deleted: Vec<TaskId>,
-    arm: Option<Timestamp>,
-    submit_front: Vec<StartJob>,
-    submit_back: Vec<StartJob>,
+    pub(crate) notify: Vec<Arc<TaskCell>>,
+    pub(crate) tree_changed: bool,
+    pub(crate) created: Vec<TaskId>,
+    pub(crate) deleted: Vec<TaskId>,
+    pub(crate) arm: Option<Timestamp>,
+    pub(crate) submit_front: Vec<StartJob>,
+    pub(crate) submit_back: Vec<StartJob>,
     /// The tree row to write with the root's first batch.
     pub(crate) meta: Option<TreeMeta>,
     /// Writes that must land in the same batch as this command's effects
@@ -437,8 +261,8 @@ pub(crate) struct Post {
 
 impl Post {
     /// Queues a wake-up of `cell`, once per command.
-    fn wake(&mut self, cell: &Arc<TaskCell>, stamp: u64) {
-        if cell.stamp.swap(stamp, Ordering::Relaxed) != stamp {
+    pub(crate) fn wake(&mut self, cell: &Arc<TaskCell>, stamp: u64) {
+        if cell.first_wake_of(stamp) {
             self.notify.push(cell.clone());
         }
     }
@@ -453,363 +277,10 @@ impl Post {
     }
 }
 
-impl Inner {
-    /// Runs a command on a tree: `f` under the tree lock, effects absorbed,
-    /// then the follow-up work after the lock is released.
-    pub(crate) fn with_tree<R>(
-        self: &Arc<Self>,
-        tree: &Arc<TreeCell>,
-        f: impl FnOnce(&mut TreeState, Timestamp, &mut Post) -> R,
-    ) -> R {
-        let mut post = Post::default();
-        let r = {
-            let mut st = tree.state.lock();
-            let now = self.now();
-            let r = f(&mut st, now, &mut post);
-            self.absorb(self.tool_of(tree), &mut st, &mut post);
-            r
-        };
-        self.run_post(tree, post);
-        r
-    }
-
-    /// Turns the forest's effects into follow-up work, and counts them
-    /// for the tree's `tool`. Under the tree lock.
-    pub(crate) fn absorb(&self, tool: &ToolStats, st: &mut TreeState, post: &mut Post) {
-        let mut counts = StatsDelta::default();
-        let mut ops: Vec<WriteOp> = Vec::new();
-        if let Some(meta) = post.meta.take() {
-            ops.push(WriteOp::PutTree(meta));
-        }
-        let persist = self.store.is_some();
-        let stamp = st.forest.epoch();
-        for effect in st.forest.take_effects() {
-            if persist && let Some(op) = super::persist::write_for_effect(&st.forest, &effect) {
-                ops.push(op);
-            }
-            match effect {
-                Effect::Created { id, slot, .. } => {
-                    counts.created(slot);
-                    post.created.push(id);
-                }
-                Effect::Changed { slot, from, to, .. } => {
-                    counts.changed(slot, from, to);
-                    post.tree_changed = true;
-                    if to.is_terminal() {
-                        if let Some(owner) = &st.owner {
-                            owner.release();
-                        }
-                        if let Some(mut rt) = st.rt.remove(slot) {
-                            if let Some(rec) = st.forest.task_at(slot) {
-                                // A started task's span is in its cell; one
-                                // that never started has it in its job.
-                                let cell_span = rt.cell.as_ref().and_then(|c| c.span.get());
-                                let job_span = rt.rare.as_ref().and_then(|r| r.job.as_ref()).map(|j| &j.span);
-                                if let Some(span) = cell_span.or(job_span) {
-                                    super::span::record_end(span, rec);
-                                }
-                            }
-                            if let Some(cell) = &rt.cell {
-                                cell.set_ending();
-                                post.wake(cell, stamp);
-                            }
-                            if let Some(rare) = rt.rare() {
-                                for d in std::mem::take(&mut rare.dependents) {
-                                    dependency_done(st, d, post);
-                                }
-                            }
-                        }
-                    } else if let Some(cell) = st.rt.get(slot).and_then(|rt| rt.cell.as_ref()) {
-                        post.wake(cell, stamp);
-                    }
-                }
-                Effect::SteerQueued { slot, .. } => {
-                    if let Some(cell) = st.rt.get(slot).and_then(|rt| rt.cell.as_ref()) {
-                        post.wake(cell, stamp);
-                    }
-                }
-                Effect::CancelHandler { slot, .. } => {
-                    if let Some(cell) = st.rt.get(slot).and_then(|rt| rt.cell.as_ref()) {
-                        cell.set_ending();
-                        post.wake(cell, stamp);
-                    }
-                }
-                Effect::WakeHandler { slot, .. } => {
-                    if let Some(rt) = st.rt.get_mut(slot) {
-                        if let Some(rare) = rt.rare()
-                            && rare.pending_deps == 0
-                            && let Some(job) = rare.job.take()
-                        {
-                            post.submit(job, true);
-                        }
-                        if let Some(cell) = &rt.cell {
-                            post.wake(cell, stamp);
-                        }
-                    }
-                }
-                Effect::InputAnswered {
-                    slot, key, response, ..
-                } => {
-                    let rt = st.rt.entry(slot);
-                    rt.rare_mut().answers.insert(key, response);
-                    if let Some(cell) = &rt.cell {
-                        post.wake(cell, stamp);
-                    }
-                }
-                Effect::ArmTimer { at } => post.arm = Some(post.arm.map_or(at, |a| a.min(at))),
-                // Written above (`write_for_effect`); nothing wakes on it.
-                Effect::Journaled { .. } => {}
-                Effect::TreeDeleted { root, ids } => {
-                    counts.deleted(ids.len());
-                    post.tree_changed = true;
-                    if let Some(owner) = &st.owner {
-                        owner.delist(root);
-                    }
-                    for rt in st.rt.take_all() {
-                        if let Some(cell) = rt.cell {
-                            cell.set_ending();
-                            post.wake(&cell, stamp);
-                        }
-                    }
-                    post.deleted.extend(ids);
-                }
-            }
-        }
-        if persist {
-            ops.append(&mut post.extra);
-        }
-        if let (Some(store), false) = (&self.store, ops.is_empty()) {
-            // Submitted under the tree lock: the tree's batches reach the
-            // store in command order.
-            st.durable.version += 1;
-            st.durable.ticket = store.submit(WriteBatch {
-                root: ops[0].root(),
-                version: st.durable.version,
-                ops,
-            });
-        }
-        // An idle tree holds no side-table allocation.
-        st.rt.shrink_if_idle();
-        // Relaxed adds, a few per command, under this tree's lock: a tree's
-        // counts land in command order.
-        tool.apply(&counts);
-    }
-
-    /// Follow-up work after the tree lock is released.
-    pub(crate) fn run_post(self: &Arc<Self>, tree: &Arc<TreeCell>, post: Post) {
-        for id in post.created {
-            self.index_insert(id, tree);
-        }
-        for id in &post.deleted {
-            self.index_remove(*id);
-        }
-        // Each task is woken once per command (`Post::wake`), in effect
-        // order (cancels reach the leaves first), however many effects it had.
-        for cell in post.notify {
-            cell.notify.notify_waiters();
-            if cell.is_ending() {
-                // Starts the handler's grace timer (a no-op once woken).
-                cell.grace.wake();
-            }
-        }
-        if post.tree_changed {
-            tree.changed.notify_waiters();
-        }
-        if let Some(at) = post.arm {
-            self.timers.arm(at, tree.root);
-        }
-        for job in post.submit_front {
-            self.schedule(job, true);
-        }
-        for job in post.submit_back {
-            self.schedule(job, false);
-        }
-    }
-
-    /// A handler returned: queues its exit and applies every queued exit of
-    /// the tree unless another thread is already doing so (flat combining:
-    /// many handlers exiting at once, as when a large subtree is cancelled,
-    /// cost one lock acquisition and one round of wake-ups per batch, and
-    /// the returning handlers never wait for the tree lock).
-    pub(crate) fn exit(self: &Arc<Self>, tree: &Arc<TreeCell>, exit: Exit) {
-        let drain = {
-            let mut guard = tree.exits.lock();
-            let exits = guard.get_or_insert_with(Box::default);
-            exits.queue.push(exit);
-            !std::mem::replace(&mut exits.draining, true)
-        };
-        if drain {
-            self.drain_exits(tree);
-        }
-    }
-
-    /// Applies queued exits until the queue is empty. Called by the thread
-    /// that set `draining`; clears it under the same lock that finds the
-    /// queue empty, so no exit is left behind.
-    fn drain_exits(self: &Arc<Self>, tree: &Arc<TreeCell>) {
-        let mut applied = 0;
-        loop {
-            let batch = {
-                let mut guard = tree.exits.lock();
-                match guard.as_mut() {
-                    Some(exits) if !exits.queue.is_empty() => std::mem::take(&mut exits.queue),
-                    // Drained: the next exit starts over (and drains).
-                    _ => {
-                        *guard = None;
-                        return;
-                    }
-                }
-            };
-            if applied >= DRAIN_BUDGET {
-                // Hand the rest to a fresh task (still draining), so one
-                // worker is not held by an endless stream of exits.
-                if let Some(exits) = tree.exits.lock().as_mut() {
-                    exits.queue.splice(0..0, batch);
-                }
-                let (inner, tree) = (self.clone(), tree.clone());
-                tokio::spawn(async move { inner.drain_exits(&tree) });
-                return;
-            }
-            applied += batch.len();
-            self.apply_exits(tree, batch);
-        }
-    }
-
-    /// Applies a batch of exits in one command round, then releases the
-    /// slots of the handlers that held one: a task settles before its slot
-    /// lets queued work run.
-    fn apply_exits(self: &Arc<Self>, tree: &Arc<TreeCell>, batch: Vec<Exit>) {
-        let mut cells = Vec::with_capacity(batch.len());
-        let mut reruns = Vec::new();
-        let finishes: Vec<(TaskId, Slot, HandlerOutcome)> = batch
-            .into_iter()
-            .map(|exit| {
-                cells.push(exit.cell);
-                if exit.rerun {
-                    reruns.push(exit.id);
-                }
-                (exit.id, exit.slot, exit.outcome)
-            })
-            .collect();
-        self.with_tree(tree, |st, now, _| {
-            for id in reruns {
-                st.forest.fail_unclaimed(now, id);
-            }
-            let counts = self.tool_of(tree);
-            for cell in &cells {
-                let ran = now
-                    .as_millis()
-                    .saturating_sub(cell.started_ms.load(Ordering::Relaxed));
-                counts.handler_ran(std::time::Duration::from_millis(ran));
-            }
-            for e in st
-                .forest
-                .finish_all(now, finishes)
-                .into_iter()
-                .filter_map(Result::err)
-            {
-                tracing::debug!(error = %e, "finish after the task ended");
-            }
-        });
-        let held = cells.iter().filter(|c| c.take_for_exit()).count();
-        if held > 0 {
-            self.release_slots(tree.root, held);
-        }
-    }
-
-    /// Starts a queued task's handler in a slot it already holds. Returns
-    /// `false` (give the slot back) when the task is paused (the job waits
-    /// for resume) or already terminal (cancelled while queued).
-    pub(crate) fn start_job(self: &Arc<Self>, job: StartJob) -> bool {
-        let tree = job.tree.clone();
-        let id = job.id;
-        let rerun = job.rerun;
-        let mut job = job;
-        let meta = job.meta.take();
-        let started = self.with_tree(&tree, |st, now, post| {
-            post.meta = meta;
-            let slot = st.forest.slot_of(id)?;
-            if self.drain.is_draining() && st.forest.task_at(slot).is_some_and(|r| !r.is_terminal()) {
-                // Draining: nothing new starts; it runs on the next start.
-                st.rt.entry(slot).rare_mut().job = Some(job);
-                return None;
-            }
-            match st.forest.start(now, id) {
-                Ok(()) => {}
-                Err(TransitionError::Paused(_)) => {
-                    st.rt.entry(slot).rare_mut().job = Some(job);
-                    return None;
-                }
-                Err(_) => {
-                    // Ended while queued (cancelled, or its tree failed):
-                    // its span ends with the job.
-                    if let Some(rec) = st.forest.task_at(slot) {
-                        super::span::record_end(&job.span, rec);
-                    }
-                    return None;
-                }
-            }
-            if st
-                .forest
-                .task_at(slot)
-                .and_then(TaskRecord::handler_message)
-                .is_some()
-            {
-                let _ = st.forest.set_status_message(now, id, None);
-            }
-            let deps: Vec<DependencyOutcome> = job
-                .deps
-                .iter()
-                .filter_map(|d| {
-                    st.forest
-                        .task(*d)
-                        .and_then(super::context::outcome_of)
-                        .map(|outcome| DependencyOutcome { id: *d, outcome })
-                })
-                .collect();
-            let parent = st.forest.task_at(slot).and_then(TaskRecord::parent);
-            // The handler's cell exists from its start: its cancel flag is
-            // then always current, and it starts holding its slot.
-            let cell = st.notify_at(slot).expect("a started task is live");
-            cell.hold_from_start();
-            cell.started_ms.store(now.as_millis(), Ordering::Relaxed);
-            let span = job.span.clone();
-            let _ = cell.span.set(job.span);
-            let journal = tree.journaled.then(|| {
-                let cursor = if rerun {
-                    super::durable::Cursor::replay(st.forest.replay_of(id))
-                } else {
-                    super::durable::Cursor::default()
-                };
-                Arc::new(Mutex::new(cursor))
-            });
-            Some((job.body, span, deps, parent, slot, cell, journal))
-        });
-        let Some((body, span, deps, parent, slot, cell, journal)) = started else {
-            return false;
-        };
-        if journal.is_some() {
-            tracing::debug!(target: super::durable::JOURNAL_TARGET, task = %id, rerun, "handler starts");
-        }
-        let start = Started {
-            id,
-            slot,
-            cell,
-            parent,
-            deps,
-            rerun,
-            journal,
-        };
-        let ctx = TaskContext::new(self.clone(), tree, start);
-        tokio::spawn(ctx.supervise(body, span));
-        true
-    }
-}
-
 /// The last step of creating a task, roots and subtasks alike, under the
 /// tree lock once the forest holds the task: a task whose dependencies are
 /// pending waits for them; a task created with a slot
-/// ([`CreationSlot`](super::scheduler::CreationSlot); `queue` is then
+/// (`CreationSlot`, `driver/slots.rs`; `queue` is then
 /// `None`) is handed back to start in it after the lock; any other queues
 /// for a slot of `queue`, saying so (and its place) in its status message.
 pub(crate) fn admit(
@@ -817,7 +288,7 @@ pub(crate) fn admit(
     now: Timestamp,
     job: StartJob,
     pending: &[TaskId],
-    queue: Option<&Scheduler>,
+    queue: Option<&Scheduler<Job>>,
     post: &mut Post,
 ) -> Option<StartJob> {
     let id = job.id;
@@ -848,7 +319,7 @@ pub(crate) fn admit(
 /// The status message of a task queued for a scheduler slot: its place in
 /// the queue as it joins it (jobs already waiting, plus itself) and the
 /// limit that holds it back.
-fn queued_message(sched: &Scheduler) -> String {
+fn queued_message(sched: &Scheduler<Job>) -> String {
     format!(
         "queued: waiting for a scheduler slot (place {} in the queue; at most {} handlers run at once)",
         sched.waiting() + 1,
@@ -857,7 +328,7 @@ fn queued_message(sched: &Scheduler) -> String {
 }
 
 /// A dependency of `dependent` became terminal.
-fn dependency_done(st: &mut TreeState, dependent: Slot, post: &mut Post) {
+pub(crate) fn dependency_done(st: &mut TreeState, dependent: Slot, post: &mut Post) {
     let Some(rare) = st.rt.get_mut(dependent).and_then(TaskRt::rare) else {
         return;
     };

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::Runtime;
 #[cfg(feature = "ui")]
-use super::tree::Owner;
+use super::owner::Owner;
 use super::tree::TreeCell;
 use crate::core::ClientView;
 use crate::core::Forest;

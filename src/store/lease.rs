@@ -1,13 +1,14 @@
-//! A deadline past which a runtime's handlers stop running: how a cluster
-//! instance that lost its lease (by its own monotonic clock) stops running
-//! the trees another instance may take over.
+//! A deadline past which a runtime's handlers stop running and a store
+//! writes nothing more: how a cluster instance that lost its lease (by its
+//! own monotonic clock) stops running the trees another instance may take
+//! over, and fences its writes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// A lease deadline on this process's monotonic clock. While it is in the
 /// past, [`LeaseGate::valid`] is false and the runtime it is installed in
-/// ([`Runtime::set_lease`](super::Runtime::set_lease)) polls no handler:
+/// ([`Runtime::set_lease`](crate::runtime::Runtime::set_lease)) polls no handler:
 /// each is frozen where it is, for good (a cluster instance then fences
 /// itself and rejoins with a new runtime and a new gate). Cheap to check
 /// (one clock read and one atomic load).

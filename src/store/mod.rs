@@ -41,6 +41,7 @@
 //!   last wrote it; versions of a tree increase with each batch. A
 //!   multi-instance backend uses them to refuse a stale writer.
 
+mod lease;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -48,6 +49,7 @@ mod postgres;
 mod queue;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod stats;
 
 use std::fmt;
 use std::sync::Arc;
@@ -58,6 +60,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use std::task::{Poll, Waker};
 
+pub use lease::LeaseGate;
 pub use memory::MemoryStore;
 #[cfg(all(feature = "postgres", feature = "server"))]
 pub(crate) use postgres::read_trees as postgres_trees;
@@ -70,6 +73,7 @@ pub use sqlite::{SqliteConfig, SqliteStore};
 /// The SQLite store's row decoding, for the fuzz harness (`subtask::fuzzing`).
 #[cfg(feature = "fuzzing")]
 pub(crate) use sqlite::{read_back, scratch_database};
+pub use stats::{COMMIT_SECONDS_BUCKETS, CommitStats, GROUP_SIZE_BUCKETS};
 
 use crate::model::TaskId;
 
@@ -327,7 +331,7 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// The writer's group commit counters (duration, batches per commit),
     /// for `/metrics`; `None` for a store without a writer (the default).
-    fn commit_stats(&self) -> Option<&crate::runtime::stats::CommitStats> {
+    fn commit_stats(&self) -> Option<&CommitStats> {
         None
     }
 }

@@ -46,12 +46,11 @@ use parking_lot::Mutex;
 use postgres::{Client, NoTls};
 
 use super::queue::{Next, WriteQueue, assemble};
+use super::{CommitStats, LeaseGate};
 use super::{
     Durability, StoreError, StoredTask, StoredTree, TaskStore, Ticket, TreeMeta, WriteBatch, WriteOp,
 };
 use crate::model::{IdMap, TaskId};
-use crate::runtime::LeaseGate;
-use crate::runtime::stats::CommitStats;
 
 /// Schema migrations; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[

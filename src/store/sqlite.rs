@@ -30,13 +30,13 @@ use futures::future::BoxFuture;
 use parking_lot::{Condvar, Mutex};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
+use super::CommitStats;
 use super::queue::{Next, WriteQueue, assemble};
 use super::{
     Durability, StoreError, StoredTask, StoredTree, TaskStore, Ticket, TreeMeta, WriteBatch, WriteOp,
 };
 use crate::model::IdMap;
 use crate::model::TaskId;
-use crate::runtime::stats::CommitStats;
 
 /// `PRAGMA application_id` of a subtask database ("sbtk").
 const APPLICATION_ID: i64 = 0x7362_746b;
