@@ -1,0 +1,104 @@
+//! The schema and its migrations.
+
+use postgres::Client;
+
+use super::{LOCK_KEY, io};
+use crate::store::StoreError;
+
+/// Schema migrations; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    "
+    CREATE TABLE subtask_tasks (
+        seq       BIGSERIAL NOT NULL,
+        id        UUID PRIMARY KEY,
+        root      UUID NOT NULL,
+        parent    UUID,
+        position  INTEGER NOT NULL,
+        version   BIGINT NOT NULL,
+        state     TEXT NOT NULL,
+        owner     TEXT,
+        resumable BOOLEAN,
+        launch    TEXT
+    );
+    CREATE INDEX subtask_tasks_root ON subtask_tasks (root);
+",
+    "
+    CREATE TABLE subtask_instances (
+        id          UUID PRIMARY KEY,
+        epoch       BIGINT NOT NULL,
+        lease_until TIMESTAMPTZ NOT NULL,
+        revoked     BOOLEAN NOT NULL DEFAULT false,
+        started_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+    );
+    ALTER TABLE subtask_tasks ADD COLUMN holder UUID;
+    CREATE INDEX subtask_tasks_holder ON subtask_tasks (holder) WHERE holder IS NOT NULL;
+    CREATE INDEX subtask_tasks_parent ON subtask_tasks (parent, position) WHERE parent IS NOT NULL;
+    CREATE INDEX subtask_tasks_owner ON subtask_tasks (owner, seq) WHERE parent IS NULL;
+    CREATE TABLE subtask_live (
+        instance  UUID NOT NULL,
+        principal TEXT NOT NULL,
+        live      BIGINT NOT NULL,
+        PRIMARY KEY (instance, principal)
+    );
+    CREATE TABLE subtask_inbox (
+        seq           BIGSERIAL PRIMARY KEY,
+        root          UUID NOT NULL,
+        task          UUID NOT NULL,
+        principal     TEXT NOT NULL,
+        command       JSONB NOT NULL,
+        from_instance UUID NOT NULL,
+        created_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
+        answer        JSONB
+    );
+    CREATE INDEX subtask_inbox_open ON subtask_inbox (root, seq) WHERE answer IS NULL;
+    -- Trees written before clustering (or by a single-writer store) are
+    -- held by the nil instance, revoked from the start: the first cluster
+    -- instance takes them over.
+    INSERT INTO subtask_instances (id, epoch, lease_until, revoked)
+        VALUES ('00000000-0000-0000-0000-000000000000', 0, 'epoch', true);
+    UPDATE subtask_tasks SET holder = '00000000-0000-0000-0000-000000000000' WHERE parent IS NULL;
+",
+    "
+    CREATE TABLE subtask_journal (
+        root  UUID NOT NULL,
+        task  UUID NOT NULL,
+        n     INTEGER NOT NULL,
+        entry TEXT NOT NULL,
+        PRIMARY KEY (task, n)
+    );
+    CREATE INDEX subtask_journal_root ON subtask_journal (root);
+",
+];
+
+/// The schema version this build writes.
+pub const PG_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Creates or upgrades the schema in one transaction, under a transaction
+/// advisory lock so that two starting processes do not both migrate.
+pub(super) fn migrate(client: &mut Client, shown: &str) -> Result<(), StoreError> {
+    let e = |x: postgres::Error| io(format!("{shown}: {x}"));
+    let mut tx = client.transaction().map_err(e)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&(LOCK_KEY + 1)])
+        .map_err(e)?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS subtask_schema (version BIGINT NOT NULL)")
+        .map_err(e)?;
+    let found: Option<i64> = tx
+        .query_opt("SELECT max(version) FROM subtask_schema", &[])
+        .map_err(e)?
+        .and_then(|r| r.get(0));
+    let found = found.unwrap_or(0);
+    if found > PG_SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            found,
+            supported: PG_SCHEMA_VERSION,
+        });
+    }
+    for (i, step) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        tx.batch_execute(step).map_err(e)?;
+        let version = i as i64 + 1;
+        tx.execute("DELETE FROM subtask_schema", &[]).map_err(e)?;
+        tx.execute("INSERT INTO subtask_schema (version) VALUES ($1)", &[&version])
+            .map_err(e)?;
+    }
+    tx.commit().map_err(e)
+}

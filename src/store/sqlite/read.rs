@@ -1,0 +1,117 @@
+//! Stored rows decoded into trees.
+
+use rusqlite::Connection;
+
+use super::{blob_id, io};
+#[cfg(feature = "fuzzing")]
+use super::{schema::MIGRATIONS, writer::Writer};
+use crate::model::IdMap;
+use crate::store::queue::assemble;
+use crate::store::{StoreError, StoredTask, StoredTree, TreeMeta};
+
+/// `(id, root, parent, position, version, state)` as read from a row.
+type TaskRow = (Vec<u8>, Vec<u8>, Option<Vec<u8>>, i64, i64, String);
+
+pub(super) fn row_task(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+}
+
+pub(super) fn to_task(
+    (id, root, parent, position, version, state): TaskRow,
+) -> Result<StoredTask, StoreError> {
+    let id = blob_id(&id)?;
+    let bad = |what: &str| StoreError::Corrupt(format!("task {id}: {what}"));
+    Ok(StoredTask {
+        id,
+        root: blob_id(&root)?,
+        parent: parent.as_deref().map(blob_id).transpose()?,
+        position: u32::try_from(position).map_err(|_| bad("position out of range"))?,
+        version: u64::try_from(version).map_err(|_| bad("negative version"))?,
+        state,
+    })
+}
+
+/// Every stored tree, read from the `tasks` table as [`TaskStore::load`]
+/// reads it: each row decoded (a value of the wrong type, a task id that
+/// is not 16 bytes, a negative position or version, an unreadable launch
+/// are [`StoreError::Corrupt`]), then grouped by tree in row order.
+pub(super) fn read_trees(conn: &Connection) -> Result<Vec<StoredTree>, StoreError> {
+    let e = |x: rusqlite::Error| StoreError::Corrupt(x.to_string());
+    let mut stmt = conn
+        .prepare(
+            "SELECT id, root, parent, position, version, state, owner, resumable, launch FROM tasks
+             ORDER BY seq",
+        )
+        .map_err(e)?;
+    let journal = read_journal(conn)?;
+    let mut rows = stmt.query([]).map_err(e)?;
+    let mut read = Vec::new();
+    while let Some(r) = rows.next().map_err(e)? {
+        let mut task = to_task(row_task(r).map_err(e)?)?;
+        if let Some(entries) = journal.get(&task.id) {
+            task.state = crate::store::with_journal(&task.state, entries)?;
+        }
+        if task.parent.is_some() {
+            read.push(Ok((task, None)));
+            continue;
+        }
+        let launch = r
+            .get::<_, Option<String>>(8)
+            .map_err(e)?
+            .map(|l| serde_json::from_str(&l))
+            .transpose()
+            .map_err(|x| StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root)))?;
+        let meta = TreeMeta {
+            root: task.root,
+            owner: r.get(6).map_err(e)?,
+            resumable: r.get::<_, Option<bool>>(7).map_err(e)?.unwrap_or(false),
+            launch,
+        };
+        read.push(Ok((task, Some(meta))));
+    }
+    assemble(read)
+}
+
+/// Every task's journal entries, in order.
+fn read_journal(conn: &Connection) -> Result<IdMap<Vec<String>>, StoreError> {
+    let e = |x: rusqlite::Error| StoreError::Corrupt(x.to_string());
+    let mut stmt = conn
+        .prepare("SELECT task, n, entry FROM journal ORDER BY root, task, n")
+        .map_err(e)?;
+    let mut rows = stmt.query([]).map_err(e)?;
+    let mut out: IdMap<Vec<String>> = IdMap::default();
+    while let Some(r) = rows.next().map_err(e)? {
+        let task: Vec<u8> = r.get(0).map_err(e)?;
+        let task = blob_id(&task)?;
+        let n: i64 = r.get(1).map_err(e)?;
+        let entries = out.entry(task).or_default();
+        if n != entries.len() as i64 {
+            return Err(StoreError::Corrupt(format!(
+                "task {task}: journal entry {n} follows {} entries",
+                entries.len()
+            )));
+        }
+        entries.push(r.get(2).map_err(e)?);
+    }
+    Ok(out)
+}
+
+/// For the fuzz harness (`subtask::fuzzing`): an in-memory database with
+/// this build's schema, for rows that [`read_back`] reads.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn scratch_database() -> Result<Connection, StoreError> {
+    let conn = Connection::open_in_memory().map_err(io)?;
+    for step in MIGRATIONS {
+        conn.execute_batch(step).map_err(io)?;
+    }
+    Ok(conn)
+}
+
+/// For the fuzz harness: what [`SqliteStore::open`] and then
+/// [`TaskStore::load`] read from `conn`'s rows (the writer's scan of ids,
+/// then every tree).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn read_back(conn: Connection) -> Result<Vec<StoredTree>, StoreError> {
+    let w = Writer::open(conn, std::path::Path::new(":memory:"))?;
+    read_trees(&w.conn)
+}
