@@ -61,6 +61,8 @@ pub mod demo;
 pub mod fuzzing;
 pub mod model;
 pub mod prelude;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "client"))]
+mod retry;
 #[cfg(feature = "rmcp")]
 pub mod rmcp;
 pub mod runtime;

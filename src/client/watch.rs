@@ -286,9 +286,10 @@ impl TreeWatch {
         }
     }
 
+    /// The wait before retry `n` (from 1): 100 ms doubling to 5 s, with
+    /// jitter (`crate::retry`).
     fn backoff(n: u32) -> Duration {
-        Duration::from_millis(100u64.saturating_mul(1 << n.min(6).saturating_sub(1)))
-            .min(Duration::from_secs(5))
+        crate::retry::nth(Duration::from_millis(100), Duration::from_secs(5), n)
     }
 
     fn polled(&mut self, id: TaskId, r: Result<DetailedTask, ClientError>) -> Result<(), ClientError> {

@@ -93,11 +93,10 @@ pub(super) fn commit_retrying(
         Err(e) => return Err(e.into_store(fence)),
     };
     let deadline = std::time::Instant::now() + session.reconnect_for;
-    let mut pause = Duration::from_millis(50);
+    let mut pauses = crate::retry::delays(Duration::from_millis(50), Duration::from_secs(1));
     tracing::warn!(error = %failure, "the PostgreSQL connection broke; reconnecting, writes wait");
     while std::time::Instant::now() < deadline {
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_secs(1));
+        std::thread::sleep(pauses.next().unwrap_or(Duration::from_secs(1)));
         // A fenced instance's store retries nothing (its group failed).
         if fenced(shared) {
             return Err(StoreError::Failed("the store was fenced".into()));

@@ -224,7 +224,7 @@ struct Folded {
 /// work is refused ([`TaskStore::writable`]), and the writer commits the
 /// group one batch at a time, in order: the batches before the first that
 /// does not fit land, and that one is retried with a backoff (5 ms
-/// doubling to [`FULL_RETRY_MAX`]; the log is checkpointed and truncated
+/// doubling to [`FULL_RETRY_MAX`], with jitter; the log is checkpointed and truncated
 /// between tries when there is room) until it fits. The hold ends when
 /// the whole group is written. Any other failure is sticky.
 pub(super) fn writer_loop(mut w: Writer, shared: &Shared, max: usize, path: &Path) {
@@ -251,7 +251,7 @@ pub(super) fn writer_loop(mut w: Writer, shared: &Shared, max: usize, path: &Pat
             }
             Next::Commit => {}
         }
-        if state == WriterState::Failed {
+        if matches!(state, WriterState::Failed) {
             group.clear();
             continue;
         }
@@ -292,30 +292,32 @@ pub(super) fn writer_loop(mut w: Writer, shared: &Shared, max: usize, path: &Pat
                         if let Err(e) = shared.queue.mark.writable() {
                             shared.queue.mark.hold(Ticket(next.0), e);
                         }
-                        *retry = FULL_RETRY_MIN;
+                        *retry = full_retries();
                     }
                 }
                 Err(e @ StoreError::Full(_)) => {
-                    let retry = match state {
-                        WriterState::Full { retry } => retry,
-                        _ => {
-                            tracing::error!(
-                                error = %e,
-                                "the task store is full: new work is refused; changes are kept and written once space is freed"
-                            );
-                            shared.queue.mark.hold(Ticket(first), e);
-                            FULL_RETRY_MIN
-                        }
-                    };
-                    state = WriterState::Full { retry };
+                    if !matches!(state, WriterState::Full { .. }) {
+                        tracing::error!(
+                            error = %e,
+                            "the task store is full: new work is refused; changes are kept and written once space is freed"
+                        );
+                        shared.queue.mark.hold(Ticket(first), e);
+                        state = WriterState::Full {
+                            retry: full_retries(),
+                        };
+                    }
                     if part.len() > 1 {
                         continue;
                     }
+                    let pause = match &mut state {
+                        WriterState::Full { retry } => retry.next().unwrap_or(FULL_RETRY_MAX),
+                        _ => FULL_RETRY_MIN,
+                    };
                     // Most of a full disk may be the log's old page versions:
                     // move them into the database and empty the log if the
                     // little room left allows (a no-op that fails otherwise).
                     w.truncate_log();
-                    if !shared.queue.pause_unless_closing(retry) {
+                    if !shared.queue.pause_unless_closing(pause) {
                         let e = StoreError::Failed(
                             "the store closed while it was full; these changes were never written".into(),
                         );
@@ -323,9 +325,6 @@ pub(super) fn writer_loop(mut w: Writer, shared: &Shared, max: usize, path: &Pat
                         state = WriterState::Failed;
                         break;
                     }
-                    state = WriterState::Full {
-                        retry: (retry * 2).min(FULL_RETRY_MAX),
-                    };
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "a store commit failed; no further writes are accepted");
@@ -352,16 +351,18 @@ pub(super) fn writer_loop(mut w: Writer, shared: &Shared, max: usize, path: &Pat
 }
 
 /// What the writer does with the next group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 enum WriterState {
     /// Commits each group whole.
     Writing,
     /// The disk is full: the store is held (new work refused), the group is
     /// committed one batch at a time, and the batch that did not fit is
-    /// tried again after `retry`. Back to `Writing` once the group is written.
+    /// tried again after the next of `retry`'s waits. Back to `Writing`
+    /// once the group is written.
     Full {
-        /// The wait before the next try (doubling, reset by a batch that fits).
-        retry: std::time::Duration,
+        /// The waits before the next tries (doubling, started over by a
+        /// batch that fits).
+        retry: crate::retry::Backoff,
     },
     /// A commit failed for good, or the store closed while full: nothing
     /// more is written (every later ticket fails).
@@ -372,3 +373,8 @@ enum WriterState {
 const FULL_RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(5);
 /// ...doubling up to this.
 const FULL_RETRY_MAX: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The waits of a batch that does not fit, from the first try.
+fn full_retries() -> crate::retry::Backoff {
+    crate::retry::delays(FULL_RETRY_MIN, FULL_RETRY_MAX)
+}
