@@ -22,11 +22,14 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+#[path = "../tests/support/until.rs"]
+mod until;
 use std::future::Future;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use until::until;
 
 use futures::StreamExt;
 use rmcp::model::{CallToolResult, ContentBlock};
@@ -173,18 +176,6 @@ fn rmcp_spawn_trivial(tm: &TaskManager, done: &Arc<AtomicUsize>) -> String {
 async fn all_returned(done: &AtomicUsize, n: usize) {
     while done.load(Ordering::Relaxed) < n {
         tokio::task::yield_now().await;
-    }
-}
-
-/// Polls `f` every millisecond until it holds.
-async fn until(what: &str, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 

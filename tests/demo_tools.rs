@@ -2,7 +2,10 @@
 //! their `Tool::call` and run on a real `Runtime` with paused tokio time (no
 //! HTTP).
 
+#[path = "support/until.rs"]
+mod until;
 use std::time::Duration;
+use until::until;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -51,17 +54,6 @@ async fn start(rt: &Runtime, tool: &impl Tool, name: &str, args: Value) -> TaskI
         ),
         other => panic!("expected a task, got {other:?}"),
     }
-}
-
-/// Polls until `f` holds, letting paused time advance in small steps.
-async fn until(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..100_000 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    panic!("timed out waiting for {what}");
 }
 
 fn sc(t: &DetailedTask) -> Value {

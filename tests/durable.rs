@@ -4,10 +4,13 @@
 //! not run again; a re-run that does something else fails with a clear
 //! error; `patched` changes code under a running tree.
 
+#[path = "support/until.rs"]
+mod until;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use until::until;
 
 use parking_lot::Mutex;
 use subtask::core::{ClientView, RootOptions};
@@ -56,16 +59,6 @@ impl Drop for Dir {
 
 fn open(dir: &Dir) -> Arc<SqliteStore> {
     Arc::new(SqliteStore::open(SqliteConfig::new(dir.db())).expect("open the store"))
-}
-
-async fn until(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..2000 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("timed out waiting for {what}");
 }
 
 /// One generation of the code: the root plans with a step, spawns three

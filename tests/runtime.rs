@@ -1,8 +1,11 @@
 //! End-to-end rules of the architecture note, run on the real runtime with
 //! paused tokio time. Nothing here depends on wall-clock speed.
 
+#[path = "support/until.rs"]
+mod until;
 use std::sync::Arc;
 use std::time::Duration;
+use until::until;
 
 use futures::StreamExt;
 use parking_lot::Mutex;
@@ -25,17 +28,6 @@ fn result_text(t: &subtask::model::DetailedTask) -> String {
         TaskPayload::Completed { result } => result["content"][0]["text"].as_str().unwrap_or("").to_owned(),
         other => format!("{other:?}"),
     }
-}
-
-/// Polls until `f` holds, letting paused time advance in small steps.
-async fn until(mut f: impl FnMut() -> bool) {
-    for _ in 0..10_000 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    panic!("condition not reached");
 }
 
 fn status(rt: &Runtime, id: TaskId) -> TaskStatus {
@@ -67,7 +59,7 @@ async fn cancel_reaches_grandchildren_first() {
         o.lock().push("root");
         Err(TaskError::Interrupted.into())
     });
-    until(|| ids.lock().len() == 2).await;
+    until("ids.lock().len() == 2", || ids.lock().len() == 2).await;
     let v = ids.lock().clone();
     let (child, grandchild) = (v[0], v[1]);
     let results = rt.results(root, V);
@@ -95,7 +87,7 @@ async fn parent_that_returns_early_waits_for_its_children() {
         *c.lock() = Some(h.id());
         Ok(text("root"))
     });
-    until(|| child_id.lock().is_some()).await;
+    until("child_id.lock().is_some()", || child_id.lock().is_some()).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let snap = rt.get(root, V).unwrap();
     assert_eq!(snap.status(), TaskStatus::Working);
@@ -170,15 +162,21 @@ async fn pause_of_parent_parks_the_subtree_and_resume_restores_input_required() 
             matches!(w, TaskOutcome::Completed(_))
         )))
     });
-    until(|| ids.lock().len() == 2).await;
+    until("ids.lock().len() == 2", || ids.lock().len() == 2).await;
     let v = ids.lock().clone();
     let (asker, worker) = (v[0], v[1]);
-    until(|| status(&rt, asker) == TaskStatus::InputRequired).await;
+    until("status(&rt, asker) == TaskStatus::InputRequired", || {
+        status(&rt, asker) == TaskStatus::InputRequired
+    })
+    .await;
     let paused = rt.pause(root, V).unwrap();
     // The root is awaiting its children: parked, so paused at once.
     assert_eq!(paused.status(), TaskStatus::Paused);
     assert_eq!(status(&rt, asker), TaskStatus::Paused);
-    until(|| status(&rt, worker) == TaskStatus::Paused).await;
+    until("status(&rt, worker) == TaskStatus::Paused", || {
+        status(&rt, worker) == TaskStatus::Paused
+    })
+    .await;
     // Paused work does not advance; TTL-free tasks just wait.
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(status(&rt, worker), TaskStatus::Paused);
@@ -227,7 +225,7 @@ async fn child_ttl_is_clamped_and_the_tree_is_deleted_whole() {
             Err(TaskError::Interrupted.into())
         },
     );
-    until(|| ids.lock().len() == 2).await;
+    until("ids.lock().len() == 2", || ids.lock().len() == 2).await;
     let v = ids.lock().clone();
     let (long, short) = (v[0], v[1]);
     assert_eq!(rt.get(long, V).unwrap().task().ttl_ms, Some(5_000));
@@ -465,7 +463,7 @@ async fn queued_subtasks_say_what_they_wait_for() {
         let _ = b.await;
         Ok(JsonObject::new())
     });
-    until(|| ids.lock().len() == 2).await;
+    until("ids.lock().len() == 2", || ids.lock().len() == 2).await;
     let b = ids.lock()[1];
     let msg = rt.get(b, V).unwrap().task().status_message.clone().unwrap();
     assert!(msg.contains("waiting for 1 dependencies"), "{msg}");
@@ -479,7 +477,10 @@ async fn base_clients_never_see_paused() {
         ctx.pause_self("holding the browser for follow-up").await?;
         Ok(text("resumed"))
     });
-    until(|| status(&rt, root) == TaskStatus::Paused).await;
+    until("status(&rt, root) == TaskStatus::Paused", || {
+        status(&rt, root) == TaskStatus::Paused
+    })
+    .await;
     let base = rt.get(root, ClientView::BASE).unwrap();
     assert_eq!(base.status(), TaskStatus::Working);
     assert!(
@@ -646,7 +647,7 @@ async fn a_task_queued_for_a_slot_says_its_place() {
             })
         })
         .collect();
-    until(|| rt.running_handlers() == 2).await;
+    until("rt.running_handlers() == 2", || rt.running_handlers() == 2).await;
     let queued: Vec<TaskId> = (0..3)
         .map(|_| rt.spawn(RootOptions::default(), |_ctx| async move { Ok(text("queued")) }))
         .collect();

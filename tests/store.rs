@@ -27,11 +27,14 @@
 //!   the last commit before the cut (SQLite's crash recovery): an earlier,
 //!   consistent state in which every tree restores, never a torn tree.
 
+#[path = "support/until.rs"]
+mod until;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use until::until;
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -300,15 +303,6 @@ fn owner_of(name: &str) -> Arc<Owner> {
 /// A `rebuild` for trees that must not run again.
 fn no_rebuild(meta: &TreeMeta) -> std::future::Ready<Option<HandlerBody>> {
     panic!("nothing is resumable here, yet tree {} was rebuilt", meta.root)
-}
-
-/// Polls until `f` holds (10 s at most, real time).
-async fn until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
 }
 
 // ----- (a) a newer schema --------------------------------------------------------
