@@ -938,3 +938,124 @@ async fn a_panicking_tool_does_not_take_the_server_down() {
     );
     let _ = obj(json!({}));
 }
+
+/// The arguments of `plan` (a typed tool): schemars puts `Search` and `Mode`
+/// under `$defs` and refers to them with `$ref` (issue 24).
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Plan {
+    /// What to plan.
+    goal: String,
+    /// How to search.
+    search: Search,
+    /// A second search, if any.
+    extra: Option<Search>,
+    /// Further searches.
+    #[serde(default)]
+    stages: Vec<Search>,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Search {
+    /// 1 to 5.
+    #[schemars(range(min = 1, max = 5))]
+    depth: u32,
+    /// Broad or narrow.
+    mode: Mode,
+    /// A short label.
+    #[schemars(length(max = 8))]
+    label: Option<String>,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    Broad,
+    Narrow,
+}
+
+#[tokio::test]
+async fn a_typed_tool_refuses_bad_nested_arguments_before_it_runs() {
+    let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = ran.clone();
+    let server = Server::builder(
+        support::store::runtime(RuntimeConfig::default()),
+        ServerConfig::default(),
+    )
+    .tool(
+        ToolSpec::typed::<Plan>("plan", "Plans searches.", TaskSupport::Forbidden),
+        move |call: ToolCall| {
+            let ran = counted.clone();
+            async move {
+                ran.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let plan: Plan = match call.args() {
+                    Ok(plan) => plan,
+                    Err(e) => return e,
+                };
+                let searches: Vec<String> = std::iter::once(plan.search)
+                    .chain(plan.extra)
+                    .chain(plan.stages)
+                    .map(|s| {
+                        let mode = match s.mode {
+                            Mode::Broad => "broad",
+                            Mode::Narrow => "narrow",
+                        };
+                        format!(
+                            "{mode} {}{}",
+                            s.depth,
+                            s.label.map(|l| format!(" {l}")).unwrap_or_default()
+                        )
+                    })
+                    .collect();
+                ToolOutcome::Complete(text_result(format!("{}: {}", plan.goal, searches.join(", "))))
+            }
+        },
+    )
+    .build();
+    let c = Client::new(support::http::serve(server).await, json!({}));
+    let call = |arguments: Value| c.call("tools/call", json!({"name": "plan", "arguments": arguments}));
+    let good = call(json!({"goal": "g", "search": {"depth": 2, "mode": "broad"}, "stages": [{"depth": 3, "mode": "narrow", "label": "x"}]})).await;
+    assert_eq!(
+        (good["isError"].as_bool(), text(&good).as_str()),
+        (Some(false), "g: broad 2, narrow 3 x"),
+        "{good}"
+    );
+    let search = json!({"depth": 1, "mode": "narrow"});
+    for (arguments, expected) in [
+        (
+            json!({"goal": "g", "search": {"depth": 9, "mode": "broad"}}),
+            "invalid argument `search.depth`: 9 is greater than the maximum 5",
+        ),
+        (
+            json!({"goal": "g", "search": {"depth": 2, "mode": "deep"}}),
+            "invalid argument `search.mode`: \"deep\" is not one of \"broad\", \"narrow\"",
+        ),
+        (
+            json!({"goal": "g", "search": {"depth": 2}}),
+            "invalid argument `search.mode`: is required",
+        ),
+        (
+            json!({"goal": "g", "search": {"depth": 2, "mode": "broad", "speed": 3}}),
+            "invalid argument `search.speed`: is not a known argument (known arguments: depth, label, mode)",
+        ),
+        (
+            json!({"goal": "g", "search": search, "extra": {"depth": 0, "mode": "broad"}}),
+            "invalid argument `extra.depth`: 0 is less than the minimum 1",
+        ),
+        (
+            json!({"goal": "g", "search": search, "stages": [search, {"depth": 3, "mode": "narrow", "label": "far too long"}]}),
+            "invalid argument `stages[1].label`: is 12 characters long; at most 8 are allowed",
+        ),
+        (json!({"search": search}), "invalid argument `goal`: is required"),
+    ] {
+        let r = call(arguments.clone()).await;
+        assert_eq!(r["isError"], true, "{arguments}: {r}");
+        assert_eq!(r["resultType"], "complete", "{r}");
+        assert_eq!(text(&r), expected, "{arguments}");
+    }
+    assert_eq!(
+        ran.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the tool ran only for the good arguments"
+    );
+}

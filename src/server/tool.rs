@@ -7,6 +7,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
+use super::schema::{ArgumentError, ArgumentSchema, SchemaError};
 use crate::model::{
     ClientCapabilities, ErrorObject, InputRequests, InputResponses, JsonObject, TasksCapability,
 };
@@ -58,29 +59,78 @@ pub struct ToolSpec {
     /// follow with the control tools (`ServerConfig::background` does it
     /// for every task tool; docs/agents.md).
     pub background: bool,
+    /// [`ToolSpec::input_schema`] compiled when the spec was built, so a
+    /// call's check compiles nothing. Should the field be given another
+    /// schema afterwards, [`ToolSpec::check_arguments`] sees it (compiling
+    /// the new schema for each check) and `ServerBuilder::tool` compiles it
+    /// once again.
+    compiled: ArgumentSchema,
 }
 
 impl ToolSpec {
-    /// A spec with an object schema built from `schema` (a JSON object value).
+    /// A spec with an object schema built from `schema` (a JSON object
+    /// value), compiled here once for the checks of every call.
     ///
     /// # Panics
     ///
-    /// If `schema` is not a JSON object (a programming error in the tool table).
+    /// If `schema` is not a JSON object or does not compile (a `$ref` that
+    /// points nowhere, `"minimum": "5"`, ...): a programming error in the
+    /// tool table, found when the table is built rather than at the first
+    /// call. [`ToolSpec::try_new`] returns the error instead.
     pub fn new(name: &str, description: &str, schema: Value, task_support: TaskSupport) -> Self {
-        ToolSpec {
+        match ToolSpec::try_new(name, description, schema, task_support) {
+            Ok(spec) => spec,
+            Err(e) => panic!("tool {name:?}: {e}"),
+        }
+    }
+
+    /// [`ToolSpec::new`] for a schema that may be wrong (read from a file,
+    /// relayed from another server).
+    ///
+    /// # Errors
+    ///
+    /// If `schema` is not a JSON object, or where and why it does not compile.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use subtask::server::{TaskSupport, ToolSpec};
+    /// let schema = serde_json::json!({"type": "object", "properties": {"v": {"$ref": "#/$defs/V"}}});
+    /// let err = ToolSpec::try_new("t", "d", schema, TaskSupport::Optional).unwrap_err();
+    /// assert!(err.to_string().contains("/$defs/V"), "{err}");
+    /// ```
+    pub fn try_new(
+        name: &str,
+        description: &str,
+        schema: Value,
+        task_support: TaskSupport,
+    ) -> Result<Self, SchemaError> {
+        let input_schema = JsonObject::from_value(schema).map_err(|other| SchemaError {
+            pointer: String::new(),
+            message: format!(
+                "a tool's input schema is a JSON object, not {}",
+                super::schema::type_name(&other)
+            ),
+        })?;
+        let compiled = ArgumentSchema::compile(&input_schema)?;
+        Ok(ToolSpec {
             name: name.to_owned(),
             description: description.to_owned(),
-            input_schema: JsonObject::from_value(schema).expect("a tool's input schema is a JSON object"),
+            input_schema,
             task_support,
             resumable: false,
             background: false,
-        }
+            compiled,
+        })
     }
 
     /// A spec whose input schema is derived from the arguments type `A`
     /// (`#[derive(serde::Deserialize, schemars::JsonSchema)]`), so the
     /// schema clients see, the server's argument check and the tool's
     /// [`ToolCall::args`] agree by construction.
+    ///
+    /// Nested types (schemars puts them under `$defs`) are checked like the
+    /// top level: their bounds, enums and required members.
     ///
     /// # Panics
     ///
@@ -120,9 +170,42 @@ impl ToolSpec {
     ///
     /// # Errors
     ///
-    /// The first violation (see [`check_arguments`](super::check_arguments)).
-    pub fn check_arguments(&self, arguments: &JsonObject) -> Result<(), super::ArgumentError> {
-        super::check_arguments(&self.input_schema, arguments)
+    /// The first violation (see [`ArgumentSchema::check`]).
+    pub fn check_arguments(&self, arguments: &JsonObject) -> Result<(), ArgumentError> {
+        if self.compiled.is_compiled_from(&self.input_schema) {
+            self.compiled.check(arguments)
+        } else {
+            super::check_arguments(&self.input_schema, arguments)
+        }
+    }
+
+    /// [`ToolSpec::check_arguments`] for the `arguments` value of a
+    /// request, checked in place.
+    pub(crate) fn check_argument_value(&self, arguments: &Value) -> Result<(), ArgumentError> {
+        if self.compiled.is_compiled_from(&self.input_schema) {
+            return self.compiled.check_value(arguments);
+        }
+        match ArgumentSchema::compile(&self.input_schema) {
+            Ok(compiled) => compiled.check_value(arguments),
+            Err(e) => {
+                tracing::warn!(tool = %self.name, error = %e, "arguments not checked: the tool's schema does not compile");
+                Ok(())
+            }
+        }
+    }
+
+    /// The spec with [`ToolSpec::input_schema`] compiled, if it was
+    /// replaced after the spec was built (a spec being registered).
+    ///
+    /// # Panics
+    ///
+    /// If the replacement does not compile, as [`ToolSpec::new`] would.
+    pub(crate) fn compiled(mut self) -> Self {
+        if !self.compiled.is_compiled_from(&self.input_schema) {
+            self.compiled = ArgumentSchema::compile(&self.input_schema)
+                .unwrap_or_else(|e| panic!("tool {:?}: {e}", self.name));
+        }
+        self
     }
 
     /// Declares the tool resumable (see [`ToolSpec::resumable`]).
@@ -459,5 +542,91 @@ mod tests {
             Err(ToolOutcome::Complete(r)) => assert_eq!(r["isError"], true),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+    struct Outer {
+        /// A nested struct: schemars refers to it with `$ref`.
+        inner: Inner,
+        /// Several.
+        #[serde(default)]
+        many: Vec<Inner>,
+    }
+
+    #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+    struct Inner {
+        #[schemars(range(max = 5))]
+        depth: u8,
+        kind: Kind,
+    }
+
+    #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+    enum Kind {
+        A,
+        B,
+    }
+
+    #[test]
+    fn a_typed_spec_checks_nested_types() {
+        let spec = ToolSpec::typed::<Outer>("t", "d", TaskSupport::Optional);
+        assert!(
+            spec.input_schema["properties"]["inner"].get("$ref").is_some(),
+            "schemars refers to the nested type: {:?}",
+            spec.input_schema
+        );
+        let check = |v: Value| {
+            spec.check_arguments(&call(v).arguments)
+                .map_err(|e| e.to_string())
+        };
+        let good = call(json!({"inner": {"depth": 5, "kind": "A"}}));
+        assert!(spec.check_arguments(&good.arguments).is_ok());
+        let outer = good.args::<Outer>().unwrap();
+        assert!(outer.inner.depth == 5 && matches!(outer.inner.kind, Kind::A) && outer.many.is_empty());
+        let inner = check(json!({"inner": {"depth": 6, "kind": "A"}})).unwrap_err();
+        assert_eq!(
+            inner,
+            "invalid argument `inner.depth`: 6 is greater than the maximum 5"
+        );
+        let kind = check(json!({"inner": {"depth": 1, "kind": "C"}})).unwrap_err();
+        assert_eq!(
+            kind,
+            "invalid argument `inner.kind`: \"C\" is not one of \"A\", \"B\""
+        );
+        let many = check(
+            json!({"inner": {"depth": 1, "kind": "A"}, "many": [{"depth": 1, "kind": "B"}, {"depth": 1}]}),
+        );
+        assert_eq!(many.unwrap_err(), "invalid argument `many[1].kind`: is required");
+    }
+
+    #[test]
+    fn a_schema_that_does_not_compile_is_refused_when_the_spec_is_built() {
+        let dangling = json!({"type": "object", "properties": {"v": {"$ref": "#/$defs/V"}}});
+        let err = ToolSpec::try_new("t", "d", dangling.clone(), TaskSupport::Optional).unwrap_err();
+        assert!(err.to_string().contains("/$defs/V"), "{err}");
+        let panic = std::panic::catch_unwind(|| ToolSpec::new("t", "d", dangling, TaskSupport::Optional));
+        let message = *panic.unwrap_err().downcast::<String>().unwrap();
+        assert!(
+            message.starts_with("tool \"t\": invalid input schema"),
+            "{message}"
+        );
+        let err = ToolSpec::try_new("t", "d", json!([1]), TaskSupport::Optional).unwrap_err();
+        assert_eq!(
+            err.message,
+            "a tool's input schema is a JSON object, not an array"
+        );
+    }
+
+    #[test]
+    fn a_schema_replaced_after_the_spec_was_built_is_the_one_checked() {
+        let mut spec = ToolSpec::new("t", "d", json!({"type": "object"}), TaskSupport::Optional);
+        let args = call(json!({"n": 9})).arguments;
+        assert!(spec.check_arguments(&args).is_ok());
+        spec.input_schema =
+            JsonObject::from_value(json!({"type": "object", "properties": {"n": {"maximum": 5}}})).unwrap();
+        assert_eq!(spec.check_arguments(&args).unwrap_err().path, "n");
+        assert!(spec.check_argument_value(&json!({"n": 9})).is_err());
+        let spec = spec.compiled();
+        assert!(spec.compiled.is_compiled_from(&spec.input_schema));
+        assert!(spec.check_argument_value(&json!({"n": 9})).is_err());
     }
 }
