@@ -208,18 +208,28 @@ impl JsonRpcRequest {
     /// assert!(err.message.contains("missing field `taskId`"), "{}", err.message);
     /// ```
     pub fn params_as<T: DeserializeOwned>(&self) -> Result<T, ErrorObject> {
-        // Read in place: the params are not copied.
-        let read = match &self.params {
-            Some(p) => T::deserialize(p.as_map()),
-            None => T::deserialize(Value::Object(serde_json::Map::new())),
-        };
-        read.map_err(|e| {
-            ErrorObject::new(
-                ErrorCode::INVALID_PARAMS,
-                format!("invalid params for {}: {e}", self.method),
-            )
-        })
+        read_params(&self.method, self.params.as_ref())
     }
+}
+
+/// Reads the params `params` of a request of method `method` as `T`, as
+/// [`JsonRpcRequest::params_as`] does (the same errors): for params held
+/// apart from their request (a cluster's inbox).
+pub(crate) fn read_params<T: DeserializeOwned>(
+    method: &str,
+    params: Option<&JsonObject>,
+) -> Result<T, ErrorObject> {
+    // Read in place: the params are not copied.
+    let read = match params {
+        Some(p) => T::deserialize(p.as_map()),
+        None => T::deserialize(Value::Object(serde_json::Map::new())),
+    };
+    read.map_err(|e| {
+        ErrorObject::new(
+            ErrorCode::INVALID_PARAMS,
+            format!("invalid params for {method}: {e}"),
+        )
+    })
 }
 
 /// A notification: `{"jsonrpc": "2.0", "method", "params"?}`, no id.

@@ -29,6 +29,8 @@ pub use id::{IdHasher, IdMap, ParseTaskIdError, TaskId};
 pub use json::JsonObject;
 #[cfg(feature = "demo")]
 pub(crate) use json::kind as json_kind;
+#[cfg(feature = "server")]
+pub(crate) use jsonrpc::read_params;
 pub use jsonrpc::{
     JsonRpcError, JsonRpcMessage, JsonRpcNotification, JsonRpcRequest, JsonRpcResponse, JsonRpcVersion,
     RequestId,
@@ -43,8 +45,10 @@ pub use meta::{
     META_SUBSCRIPTION_ID, NotificationMeta, PROTOCOL_VERSION, RequestMeta,
 };
 pub use methods::{
-    NOTIFICATIONS_CANCELLED, NOTIFICATIONS_SUBSCRIPTIONS_ACKNOWLEDGED, NOTIFICATIONS_TASKS, SERVER_DISCOVER,
-    SUBSCRIPTIONS_LISTEN, TASKS_CANCEL, TASKS_GET, TASKS_PAUSE, TASKS_RESUME, TASKS_STEER, TASKS_UPDATE,
+    ELICITATION_CREATE, INITIALIZE, Method, NOTIFICATIONS_CANCELLED,
+    NOTIFICATIONS_SUBSCRIPTIONS_ACKNOWLEDGED, NOTIFICATIONS_TASKS, NOTIFICATIONS_TASKS_STATUS, PING,
+    PROMPTS_GET, PROMPTS_LIST, ROOTS_LIST, SAMPLING_CREATE_MESSAGE, SERVER_DISCOVER, SUBSCRIPTIONS_LISTEN,
+    TASKS_CANCEL, TASKS_GET, TASKS_LIST, TASKS_PAUSE, TASKS_RESULT, TASKS_RESUME, TASKS_STEER, TASKS_UPDATE,
     TOOLS_CALL, TOOLS_LIST, TaskMethod,
 };
 pub use notifications::{SubscriptionsAcknowledgedParams, TaskStatusNotificationParams};

@@ -23,8 +23,11 @@ use serde_json::{Value, json};
 
 use super::auth::Principal;
 use super::reply::Reply;
+use super::request::OwnRequest;
 use super::{RegisteredTool, Server, TaskSupport, ToolSpec};
-use crate::model::{ClientView, DetailedTask, ErrorObject, JsonObject, TaskId, TaskPayload, TaskStatus};
+use crate::model::{
+    ClientView, DetailedTask, ErrorObject, JsonObject, TaskId, TaskMethod, TaskPayload, TaskStatus,
+};
 
 /// `task_status`: a tree's progress and its partial results.
 pub(crate) const STATUS: &str = "task_status";
@@ -642,16 +645,16 @@ impl Server {
             }
         }
         let method = match name {
-            STEER => "tasks/steer",
-            PAUSE => "tasks/pause",
-            RESUME => "tasks/resume",
-            _ => "tasks/cancel",
+            STEER => TaskMethod::Steer,
+            PAUSE => TaskMethod::Pause,
+            RESUME => TaskMethod::Resume,
+            _ => TaskMethod::Cancel,
         };
-        let mut params = json!({"taskId": id});
-        if let Some(m) = arguments.get("message") {
-            params["message"] = m.clone();
-        }
-        let reply = self.request_as(principal.clone(), method, params).await;
+        let request = OwnRequest {
+            message: arguments.get("message").cloned(),
+            ..OwnRequest::new(method, id.to_string())
+        };
+        let reply = self.request_as(principal.clone(), &request).await;
         let Reply::Message { body, .. } = reply else {
             return refusal(format!(
                 "{name}: the server gave no answer for task {id}; try again"

@@ -52,6 +52,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{Notify, broadcast};
 
+use super::request::InboxCommand;
 use super::{Server, ServerInner};
 use crate::core::decode_state;
 use crate::model::{ClientView, DetailedTask, ErrorCode, ErrorObject, TaskId};
@@ -210,17 +211,6 @@ fn uuid_of(id: TaskId) -> uuid::Uuid {
 
 fn id_of(u: uuid::Uuid) -> TaskId {
     TaskId::from_u128(u.as_u128())
-}
-
-/// A command as the inbox carries it.
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct InboxCommand {
-    /// `tasks/update`, `tasks/cancel`, `tasks/steer`, `tasks/pause` or `tasks/resume`.
-    pub(crate) method: String,
-    /// The request's params (the task id, the message, the responses).
-    pub(crate) params: Value,
-    /// Whether the requester's client understands `paused`.
-    pub(crate) show_paused: bool,
 }
 
 /// A command's answer as the inbox stores it.
@@ -1397,27 +1387,18 @@ impl Server {
             seq,
             answer: serde_json::to_string(&answer).expect("answers serialize"),
         };
-        let parsed: Result<(String, crate::runtime::Command), ErrorObject> =
-            serde_json::from_str::<InboxCommand>(text)
-                .map_err(|e| {
-                    ErrorObject::new(
-                        ErrorCode::INTERNAL_ERROR,
-                        format!("an unreadable command in the inbox: {e}"),
-                    )
-                })
-                .and_then(|c| {
-                    let view = ClientView {
-                        show_paused: c.show_paused,
-                    };
-                    let params = match c.params {
-                        Value::Object(m) => crate::model::JsonObject::from_map(m),
-                        _ => crate::model::JsonObject::default(),
-                    };
-                    let req = crate::model::JsonRpcRequest::new(0, c.method, params);
-                    super::tasks::parse_command(&req, view)
-                });
+        // The stored method is its wire name, read as a typed method (rows
+        // written before the typed method have the same layout).
+        let parsed = serde_json::from_str::<InboxCommand>(text)
+            .map_err(|e| {
+                ErrorObject::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!("an unreadable command in the inbox: {e}"),
+                )
+            })
+            .and_then(InboxCommand::into_command);
         let command = match parsed {
-            Ok((_, command)) if owner.name() == principal => command,
+            Ok(c) if owner.name() == principal => c.command,
             Ok(_) => {
                 rt.write_receipt(root, receipt(InboxAnswer::Error(ErrorObject::task_not_found())));
                 return true;

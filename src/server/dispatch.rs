@@ -8,6 +8,11 @@
 //! `subscriptions.rs` (`subscriptions/listen`), `legacy.rs` (the
 //! `initialize` path). Every error echoes the request id and carries an HTTP
 //! status for the Streamable HTTP layer (`reply.rs`).
+//!
+//! The method is parsed once, into a [`Method`] (`None`: a name this server
+//! does not know), right after the message; every later step matches on it.
+//! What the handlers share of a request (its context, the call mode, typed
+//! params) lives in `request.rs`.
 
 use base64::Engine;
 use serde_json::{Value, json};
@@ -15,14 +20,15 @@ use serde_json::{Value, json};
 use super::Server;
 use super::auth::Principal;
 use super::http_stats::RpcMethod;
-use super::reply::{Rejected, Reply, error_reply, invalid, result_reply, store_error};
+use super::reply::{Rejected, Reply, error_reply, invalid, result_reply};
+use super::request::{
+    CallMode, Incoming, OwnRequest, RequestCtx, RequestHeaders, TaskCommand, TaskIdOnly, str_param,
+};
 use super::session::{Connection, Era, LegacyVersion, mixed_eras};
-use super::tool_calls::CallMode;
-use crate::core::ClientView;
 use crate::model::{
-    ClientCapabilities, DiscoverResult, ErrorCode, ErrorObject, ExtensionCapabilities, Implementation,
-    JsonObject, JsonRpcMessage, JsonRpcRequest, META_SERVER_INFO, PROTOCOL_VERSION, RequestId, RequestMeta,
-    ServerCapabilities, TASKS_EXTENSION, TasksCapability,
+    DiscoverResult, ErrorCode, ErrorObject, ExtensionCapabilities, Implementation, JsonObject,
+    JsonRpcMessage, JsonRpcRequest, META_SERVER_INFO, Method, PROTOCOL_VERSION, RequestMeta,
+    ServerCapabilities, TASKS_EXTENSION, TaskMethod, TasksCapability,
 };
 
 /// Protocol versions answered through the legacy `initialize` handshake,
@@ -39,45 +45,9 @@ pub const LEGACY_VERSIONS: [&str; 4] = {
     names
 };
 
-/// The request metadata headers of Streamable HTTP.
-#[derive(Debug, Clone, Default)]
-pub struct RequestHeaders {
-    /// `MCP-Protocol-Version`.
-    pub protocol_version: Option<String>,
-    /// `Mcp-Method`.
-    pub method: Option<String>,
-    /// `Mcp-Name`.
-    pub name: Option<String>,
-}
-
-/// One incoming message with what the transport knows about it.
-#[derive(Debug)]
-pub struct Incoming<'a> {
-    /// The raw JSON body (one message).
-    pub body: &'a [u8],
-    /// HTTP metadata headers; `None` on stdio, where there are none to check.
-    pub headers: Option<RequestHeaders>,
-    /// The authenticated caller.
-    pub principal: Principal,
-    /// The stdio connection the message came on, which keeps the era its
-    /// first request chose; `None` on HTTP and in process, where each
-    /// request says its version itself.
-    pub connection: Option<&'a Connection>,
-}
-
 fn header_mismatch(message: impl Into<String>) -> Rejected {
     Rejected::modern(ErrorObject::new(ErrorCode::HEADER_MISMATCH, message))
 }
-
-/// Methods of the 2026-07-28 surface this server answers (prompts only when registered).
-const TASK_METHODS: [&str; 6] = [
-    "tasks/get",
-    "tasks/update",
-    "tasks/cancel",
-    "tasks/steer",
-    "tasks/pause",
-    "tasks/resume",
-];
 
 /// Decodes an `Mcp-Name` value: trims, and opens the `=?base64?…?=` sentinel.
 fn decode_header_value(raw: &str) -> String {
@@ -89,10 +59,6 @@ fn decode_header_value(raw: &str) -> String {
         return s;
     }
     v.to_owned()
-}
-
-pub(crate) fn str_param<'a>(params: Option<&'a JsonObject>, key: &str) -> Option<&'a str> {
-    params.and_then(|p| p.get(key)).and_then(Value::as_str)
 }
 
 impl Server {
@@ -129,9 +95,9 @@ impl Server {
             // Not a JSON-RPC request at all: the HTTP layer's 400.
             Err(e) => return (error_reply(400, e.id, e.error), RpcMethod::NONE),
         };
-        let named = RpcMethod::of(&req.method);
-        let id = req.id.clone();
-        let method = req.method.clone();
+        // The method, parsed once: every later step matches on it.
+        let method = Method::from_name(&req.method);
+        let named = RpcMethod::of_method(method);
         #[cfg(feature = "postgres")]
         if let Some(node) = self.cluster()
             && !node.serving()
@@ -139,13 +105,16 @@ impl Server {
             // A cluster instance past its lease answers nothing from its
             // memory: another instance may hold its trees now. It is fenced
             // until it has rejoined the cluster.
-            return (error_reply(503, Some(id), super::cluster::fenced_error()), named);
+            return (
+                error_reply(503, Some(req.id), super::cluster::fenced_error()),
+                named,
+            );
         }
-        let reply = match self.handle_request(req, &incoming).await {
+        let reply = match self.handle_request(&req, method, &incoming).await {
             Ok(reply) => reply,
             Err(Rejected { status, error }) => {
-                tracing::debug!(%method, code = error.code.0, message = %error.message, "request rejected");
-                error_reply(status, Some(id), error)
+                tracing::debug!(method = %req.method, code = error.code.0, message = %error.message, "request rejected");
+                error_reply(status, Some(req.id), error)
             }
         };
         (reply, named)
@@ -200,7 +169,7 @@ impl Server {
         }
         let mut answers: Vec<String> = Vec::new();
         for message in messages {
-            if message.get("method").and_then(Value::as_str) == Some("initialize") {
+            if message.get("method").and_then(Value::as_str) == Some(Method::Initialize.as_str()) {
                 // 2025-03-26 lifecycle: "The initialization request MUST NOT be part of a JSON-RPC batch".
                 let id = message
                     .get("id")
@@ -209,7 +178,7 @@ impl Server {
                     id,
                     ErrorObject::new(
                         ErrorCode::INVALID_REQUEST,
-                        "initialize must not be part of a batch",
+                        format!("{} must not be part of a batch", Method::Initialize),
                     ),
                 );
                 answers.push(serde_json::to_string(&e).expect("errors serialize"));
@@ -250,23 +219,11 @@ impl Server {
     /// the tasks extension (steer and pause included) would send it: for
     /// the server's own callers (the web view's commands, the control
     /// tools), which get the wire's checks, errors, durability and cluster
-    /// routing. `params` is an object; the request's `_meta` is added.
-    pub(crate) async fn request_as(&self, principal: Principal, method: &str, params: Value) -> Reply {
-        let mut params = params;
-        if let Some(p) = params.as_object_mut() {
-            p.insert(
-                "_meta".to_owned(),
-                json!({
-                    "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
-                    "io.modelcontextprotocol/clientCapabilities": {
-                        "extensions": {TASKS_EXTENSION: {"steer": true, "pause": true}}
-                    },
-                }),
-            );
-        }
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+    /// routing. The request's `_meta` is added.
+    pub(crate) async fn request_as(&self, principal: Principal, request: &OwnRequest) -> Reply {
+        let body = request.to_body();
         Box::pin(self.handle(Incoming {
-            body: body.as_bytes(),
+            body: &body,
             headers: None,
             principal,
             connection: None,
@@ -274,23 +231,33 @@ impl Server {
         .await
     }
 
-    fn knows(&self, method: &str) -> bool {
-        matches!(
-            method,
-            "server/discover" | "tools/list" | "tools/call" | "subscriptions/listen"
-        ) || TASK_METHODS.contains(&method)
-            || (!self.inner.prompts.is_empty() && matches!(method, "prompts/list" | "prompts/get"))
+    /// `method` if the 2026-07-28 surface answers it (prompts only when registered).
+    fn knows(&self, method: Option<Method>) -> Option<Method> {
+        method.filter(|m| match m {
+            Method::ServerDiscover
+            | Method::ToolsList
+            | Method::ToolsCall
+            | Method::SubscriptionsListen
+            | Method::Task(_) => true,
+            Method::PromptsList | Method::PromptsGet => !self.inner.prompts.is_empty(),
+            Method::Initialize | Method::Ping | Method::TasksResult | Method::TasksList => false,
+        })
     }
 
-    async fn handle_request(&self, req: JsonRpcRequest, incoming: &Incoming<'_>) -> Result<Reply, Rejected> {
+    async fn handle_request(
+        &self,
+        req: &JsonRpcRequest,
+        method: Option<Method>,
+        incoming: &Incoming<'_>,
+    ) -> Result<Reply, Rejected> {
         let params = req.params.as_ref();
         let meta = RequestMeta::from_params(params).map_err(|e| Rejected::with_status(400, e))?;
         let headers = incoming.headers.as_ref();
         let meta_version = meta.as_ref().and_then(|m| m.protocol_version.clone());
         let connection = incoming.connection;
         if meta_version.is_none() {
-            if let Some(version) = legacy_version(&req, incoming)? {
-                return self.handle_legacy(req, incoming, version).await;
+            if let Some(version) = legacy_version(req, method, incoming)? {
+                return self.handle_legacy(req, method, incoming, version).await;
             }
         } else if let Some(era @ Era::Legacy(_)) = connection.and_then(Connection::era) {
             return Err(Rejected::with_status(
@@ -361,17 +328,13 @@ impl Server {
                 Some(_) => {}
             }
         }
-        if !self.knows(&req.method) {
-            return Err(ErrorObject::new(
-                ErrorCode::METHOD_NOT_FOUND,
-                format!("method not found: {:?}", req.method),
-            )
-            .into());
-        }
+        let Some(method) = self.knows(method) else {
+            return Err(method_not_found(req).into());
+        };
         if let Some(h) = headers {
-            let source = match req.method.as_str() {
-                "tools/call" | "prompts/get" => Some(("params.name", str_param(params, "name"))),
-                m if TASK_METHODS.contains(&m) => Some(("params.taskId", str_param(params, "taskId"))),
+            let source = match method {
+                Method::ToolsCall | Method::PromptsGet => Some(("params.name", str_param(params, "name"))),
+                Method::Task(_) => Some(("params.taskId", str_param(params, "taskId"))),
                 _ => None,
             };
             // A missing or non-string source field is a params error, reported
@@ -395,7 +358,7 @@ impl Server {
         }
         let caps = meta.client_capabilities.unwrap_or_default();
         let tasks = caps.tasks();
-        if TASK_METHODS.contains(&req.method.as_str()) && tasks.is_none() {
+        if matches!(method, Method::Task(_)) && tasks.is_none() {
             return Err(ErrorObject::tasks_extension_required().into());
         }
         // A valid 2026 request makes a stdio connection modern for good.
@@ -414,23 +377,22 @@ impl Server {
             tasks,
             legacy: None,
         };
-        match req.method.as_str() {
-            "server/discover" => Ok(result_reply(&ctx.id, self.discover(&ctx))),
-            "tools/list" => Ok(result_reply(&ctx.id, self.tools_list(None))),
-            "tools/call" => Ok(self.tools_call(&req, &ctx, CallMode::Modern).await?),
-            "prompts/list" => Ok(result_reply(&ctx.id, self.prompts_list())),
-            "prompts/get" => Ok(self.prompts_get(&req, &ctx).await?),
-            "subscriptions/listen" => Ok(self.listen(&req, &ctx).await?),
-            "tasks/get" => Ok(self.get_task(&req, &ctx).await?),
-            _ => match self.task_method(&req, &ctx)? {
-                Some((reply, id)) => {
-                    // Nothing is acknowledged or shown before it is durable.
-                    self.inner.runtime.flushed(id).await.map_err(store_error)?;
-                    Ok(reply)
-                }
-                // Not held here: another cluster instance may hold it.
-                None => Ok(self.remote_task_method(&req, &ctx).await?),
-            },
+        match method {
+            Method::ServerDiscover => Ok(result_reply(&ctx.id, self.discover(&ctx))),
+            Method::ToolsList => Ok(result_reply(&ctx.id, self.tools_list(None))),
+            Method::ToolsCall => Ok(self.tools_call(req, &ctx, CallMode::Modern).await?),
+            Method::PromptsList => Ok(result_reply(&ctx.id, self.prompts_list())),
+            Method::PromptsGet => Ok(self.prompts_get(req, &ctx).await?),
+            Method::SubscriptionsListen => Ok(self.listen(req, &ctx).await?),
+            Method::Task(TaskMethod::Get) => Ok(self.get_task(req.params_as::<TaskIdOnly>()?, &ctx).await?),
+            Method::Task(m) => {
+                let command = TaskCommand::parse(m, params, ctx.view())?;
+                Ok(self.task_command(command, &ctx).await?)
+            }
+            // Not on this wire (`knows` has refused them already).
+            Method::Initialize | Method::Ping | Method::TasksResult | Method::TasksList => {
+                Err(method_not_found(req).into())
+            }
         }
     }
 
@@ -469,23 +431,12 @@ impl Server {
     }
 }
 
-/// Per-request context after validation.
-pub(crate) struct RequestCtx {
-    pub(crate) id: RequestId,
-    pub(crate) principal: Principal,
-    pub(crate) caps: ClientCapabilities,
-    pub(crate) tasks: Option<TasksCapability>,
-    /// The legacy version the request is served in; `None` on the 2026 wire.
-    pub(crate) legacy: Option<LegacyVersion>,
-}
-
-impl RequestCtx {
-    /// `paused` is shown only to clients that declared the `pause` sub-capability.
-    pub(crate) fn view(&self) -> ClientView {
-        ClientView {
-            show_paused: self.tasks.is_some_and(|t| t.pause),
-        }
-    }
+/// The 2026-07-28 wire's answer to a method it does not know.
+fn method_not_found(req: &JsonRpcRequest) -> ErrorObject {
+    ErrorObject::new(
+        ErrorCode::METHOD_NOT_FOUND,
+        format!("method not found: {:?}", req.method),
+    )
 }
 
 /// The legacy version a request without 2026 `_meta` is served in, if any.
@@ -502,8 +453,12 @@ impl RequestCtx {
 ///
 /// `None` sends the request down the 2026 pipeline, which refuses it for
 /// its missing `_meta`.
-fn legacy_version(req: &JsonRpcRequest, incoming: &Incoming<'_>) -> Result<Option<LegacyVersion>, Rejected> {
-    let initialize = req.method == "initialize";
+fn legacy_version(
+    req: &JsonRpcRequest,
+    method: Option<Method>,
+    incoming: &Incoming<'_>,
+) -> Result<Option<LegacyVersion>, Rejected> {
+    let initialize = method == Some(Method::Initialize);
     let negotiated = || LegacyVersion::negotiate(str_param(req.params.as_ref(), "protocolVersion"));
     if let Some(conn) = incoming.connection {
         if !initialize {
@@ -515,13 +470,13 @@ fn legacy_version(req: &JsonRpcRequest, incoming: &Incoming<'_>) -> Result<Optio
         return match conn.era() {
             None => match conn.settle(Era::Legacy(negotiated())) {
                 Era::Legacy(v) => Ok(Some(v)),
-                era => Err(Rejected::legacy(mixed_eras(era, "initialize"))),
+                era => Err(Rejected::legacy(mixed_eras(era, Method::Initialize.as_str()))),
             },
             Some(Era::Legacy(v)) => Err(Rejected::legacy(ErrorObject::new(
                 ErrorCode::INVALID_REQUEST,
                 format!("this connection is already initialized (protocol {})", v.as_str()),
             ))),
-            Some(era) => Err(Rejected::legacy(mixed_eras(era, "initialize"))),
+            Some(era) => Err(Rejected::legacy(mixed_eras(era, Method::Initialize.as_str()))),
         };
     }
     let Some(headers) = incoming.headers.as_ref() else {

@@ -15,9 +15,9 @@ use futures::{StreamExt, stream};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::dispatch::{Incoming, RequestHeaders};
 use super::http_stats::RpcMethod;
 use super::reply::Reply;
+use super::request::{Incoming, RequestHeaders};
 use super::{Principal, Server};
 use crate::model::{ErrorCode, ErrorObject, JsonRpcError};
 

@@ -11,36 +11,31 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 
+use crate::model::Method;
+
 /// The JSON-RPC method of a request to `/mcp`, from a fixed list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RpcMethod(u8);
 
-/// The label of each [`RpcMethod`], by index.
-const METHOD_NAMES: [&str; 20] = [
-    "none",
-    "other",
-    "notification",
-    "response",
-    "initialize",
-    "ping",
-    "server/discover",
-    "tools/list",
-    "tools/call",
-    "prompts/list",
-    "prompts/get",
-    "tasks/get",
-    "tasks/update",
-    "tasks/cancel",
-    "tasks/steer",
-    "tasks/pause",
-    "tasks/resume",
-    "tasks/result",
-    "tasks/list",
-    "subscriptions/listen",
-];
-
 /// The first index of a named method in [`METHOD_NAMES`].
 const FIRST_NAMED: usize = 4;
+
+/// The label of each [`RpcMethod`], by index: four for what is not a
+/// request of a known method, then every [`Method`] in [`Method::ALL`]'s
+/// order, by its wire name.
+const METHOD_NAMES: [&str; FIRST_NAMED + Method::ALL.len()] = {
+    let mut names = [""; FIRST_NAMED + Method::ALL.len()];
+    names[0] = "none";
+    names[1] = "other";
+    names[2] = "notification";
+    names[3] = "response";
+    let mut i = 0;
+    while i < Method::ALL.len() {
+        names[FIRST_NAMED + i] = Method::ALL[i].as_str();
+        i += 1;
+    }
+    names
+};
 
 impl RpcMethod {
     /// No JSON-RPC message was read: refused before the body (Host,
@@ -54,12 +49,19 @@ impl RpcMethod {
     /// input requests).
     pub(crate) const RESPONSE: RpcMethod = RpcMethod(3);
 
+    /// A request of `method` (parsed once by the pipeline), or
+    /// [`RpcMethod::OTHER`] for a method the server does not know.
+    pub(crate) fn of_method(method: Option<Method>) -> RpcMethod {
+        match method {
+            Some(m) => RpcMethod((FIRST_NAMED + m.index()) as u8),
+            None => RpcMethod::OTHER,
+        }
+    }
+
     /// The request method `name`, or [`RpcMethod::OTHER`].
+    #[cfg(test)]
     pub(crate) fn of(name: &str) -> RpcMethod {
-        METHOD_NAMES[FIRST_NAMED..]
-            .iter()
-            .position(|m| *m == name)
-            .map_or(RpcMethod::OTHER, |i| RpcMethod((i + FIRST_NAMED) as u8))
+        RpcMethod::of_method(Method::from_name(name))
     }
 
     /// The label value.

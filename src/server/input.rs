@@ -10,12 +10,12 @@
 use serde_json::{Map, Value, json};
 
 use super::tool::{ToolCall, ToolOutcome};
-use crate::model::{ErrorCode, ErrorObject, InputRequests, JsonObject};
+use crate::model::{ErrorCode, ErrorObject, InputRequests, JsonObject, ROOTS_LIST, SAMPLING_CREATE_MESSAGE};
 
 /// A `sampling/createMessage` input request with one user text message.
 pub fn sampling(text: &str, max_tokens: u32) -> JsonObject {
     JsonObject::from_value(json!({
-        "method": "sampling/createMessage",
+        "method": SAMPLING_CREATE_MESSAGE,
         "params": {
             "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
             "maxTokens": max_tokens,
@@ -26,7 +26,7 @@ pub fn sampling(text: &str, max_tokens: u32) -> JsonObject {
 
 /// A `roots/list` input request.
 pub fn list_roots() -> JsonObject {
-    JsonObject::from_value(json!({"method": "roots/list", "params": {}})).expect("a literal object")
+    JsonObject::from_value(json!({"method": ROOTS_LIST, "params": {}})).expect("a literal object")
 }
 
 impl ToolOutcome {

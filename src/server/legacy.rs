@@ -33,17 +33,17 @@ use serde_json::{Value, json};
 
 use super::Server;
 use super::auth::Principal;
-use super::dispatch::{Incoming, RequestCtx, str_param};
 use super::reply::{Rejected, Reply, error_reply, invalid, result_reply, runtime_error, store_error};
+use super::request::{CallMode, Incoming, RequestCtx, TaskCommand, str_param};
 use super::session::{Connection, LegacyVersion};
-use super::tool_calls::CallMode;
 use crate::core::ClientView;
 use crate::model::{
-    ClientCapabilities, DetailedTask, ErrorCode, ErrorObject, InputResponses, JsonObject, JsonRpcError,
-    JsonRpcRequest, JsonRpcResponse, LegacyTask, ListTasksResult, META_RELATED_TASK, RelatedTask, RequestId,
-    TaskId, TaskPayload, TaskStatus, TasksCapability,
+    ClientCapabilities, DetailedTask, ELICITATION_CREATE, ErrorCode, ErrorObject, InputResponses, JsonObject,
+    JsonRpcError, JsonRpcRequest, JsonRpcResponse, LegacyTask, ListTasksResult, META_RELATED_TASK, Method,
+    NOTIFICATIONS_TASKS_STATUS, RelatedTask, RequestId, TaskId, TaskMethod, TaskPayload, TaskStatus,
+    TasksCapability,
 };
-use crate::runtime::ListPosition;
+use crate::runtime::{Command, ListPosition};
 
 /// Prefix of the ids of the input requests a `tasks/result` stream sends:
 /// `subtask-input:<taskId>:<key>`. The id names the task and the key, so
@@ -52,6 +52,28 @@ const INPUT_ID_PREFIX: &str = "subtask-input:";
 
 /// Tasks per `tasks/list` page.
 const LIST_PAGE: usize = 100;
+
+/// The methods of a legacy session without the tasks wire, in the order
+/// an unknown method's error lists them.
+const METHODS: [Method; 4] = [
+    Method::Initialize,
+    Method::Ping,
+    Method::ToolsList,
+    Method::ToolsCall,
+];
+
+/// The methods of a legacy session with the 2025-11-25 tasks wire, in the
+/// order an unknown method's error lists them.
+const TASK_WIRE_METHODS: [Method; 8] = [
+    Method::Initialize,
+    Method::Ping,
+    Method::ToolsList,
+    Method::ToolsCall,
+    Method::Task(TaskMethod::Get),
+    Method::TasksResult,
+    Method::TasksList,
+    Method::Task(TaskMethod::Cancel),
+];
 
 /// How long `tasks/cancel` waits for the task to reach a terminal status
 /// before it answers with the state it has (the runtime aborts a handler
@@ -184,7 +206,8 @@ impl Server {
     /// status of their own).
     pub(crate) async fn handle_legacy(
         &self,
-        req: JsonRpcRequest,
+        req: &JsonRpcRequest,
+        method: Option<Method>,
         incoming: &Incoming<'_>,
         version: LegacyVersion,
     ) -> Result<Reply, Rejected> {
@@ -196,14 +219,13 @@ impl Server {
             legacy: Some(version),
         };
         let params = req.params.as_ref();
-        let method = req.method.as_str();
         let tasks = version.has_tasks();
         let reply = match method {
-            "initialize" => Ok(result_reply(&ctx.id, self.initialize(version))),
-            "ping" => Ok(result_reply(&ctx.id, json!({}))),
-            "tools/list" => Ok(result_reply(&ctx.id, self.tools_list(Some(version)))),
+            Some(Method::Initialize) => Ok(result_reply(&ctx.id, self.initialize(version))),
+            Some(Method::Ping) => Ok(result_reply(&ctx.id, json!({}))),
+            Some(Method::ToolsList) => Ok(result_reply(&ctx.id, self.tools_list(Some(version)))),
             // Before 2025-11-25 `params.task` means nothing: a plain call.
-            "tools/call" => match if tasks {
+            Some(Method::ToolsCall) => match if tasks {
                 call_mode(params)
             } else {
                 Ok(CallMode::LegacySync)
@@ -215,7 +237,7 @@ impl Server {
                         tasks: matches!(mode, CallMode::LegacyTask { .. }).then_some(TasksCapability::BASE),
                         ..ctx
                     };
-                    match self.tools_call_created(&req, &ctx, mode).await {
+                    match self.tools_call_created(req, &ctx, mode).await {
                         Ok((reply, created)) => {
                             // A stdio session writes the new task's status changes as they happen.
                             if let (Some(id), Some(conn)) = (created, incoming.connection) {
@@ -228,21 +250,20 @@ impl Server {
                 }
                 Err(e) => Err(e),
             },
-            "tasks/get" if tasks => self.legacy_get(&req, &ctx).await,
-            "tasks/result" if tasks => self.legacy_result(&req, &ctx, incoming.connection).await,
-            "tasks/list" if tasks => self.legacy_list(&req, &ctx).await,
-            "tasks/cancel" if tasks => self.legacy_cancel(&req, &ctx).await,
-            other => {
-                let known = if tasks {
-                    "initialize, ping, tools/list, tools/call, tasks/get, tasks/result, tasks/list, tasks/cancel"
-                } else {
-                    "initialize, ping, tools/list, tools/call"
-                };
+            Some(Method::Task(TaskMethod::Get)) if tasks => self.legacy_get(req, &ctx).await,
+            Some(Method::TasksResult) if tasks => self.legacy_result(req, &ctx, incoming.connection).await,
+            Some(Method::TasksList) if tasks => self.legacy_list(req, &ctx).await,
+            Some(Method::Task(TaskMethod::Cancel)) if tasks => self.legacy_cancel(req, &ctx).await,
+            _ => {
+                let known: &[Method] = if tasks { &TASK_WIRE_METHODS } else { &METHODS };
+                let known: Vec<&str> = known.iter().map(|m| m.as_str()).collect();
                 Err(ErrorObject::new(
                     ErrorCode::METHOD_NOT_FOUND,
                     format!(
-                        "method not found: {other:?} (protocol {}: {known})",
-                        version.as_str()
+                        "method not found: {:?} (protocol {}: {})",
+                        req.method,
+                        version.as_str(),
+                        known.join(", ")
                     ),
                 ))
             }
@@ -489,8 +510,12 @@ impl Server {
             // Held by another cluster instance: it cancels; the answer
             // waits for the task to end there, within the same bound.
             let name = ctx.principal.name();
-            self.remote_command(id, name, "tasks/cancel", json!({"taskId": id}), ClientView::BASE)
-                .await?;
+            let cancel = TaskCommand {
+                method: TaskMethod::Cancel,
+                task_id: id.to_string(),
+                command: Command::Cancel,
+            };
+            self.remote_command(id, name, &cancel, ClientView::BASE).await?;
             let mut updates = self.follow(id, name, ClientView::BASE);
             let ended = tokio::time::timeout(CANCEL_WAIT, async {
                 while let Some(s) = updates.next().await {
@@ -548,9 +573,13 @@ impl Server {
             let Ok(id) = task.parse::<TaskId>() else {
                 return not_ours();
             };
-            let params = json!({"taskId": id, "inputResponses": {key: resp.result}});
+            let update = TaskCommand {
+                method: TaskMethod::Update,
+                task_id: id.to_string(),
+                command: Command::Update(InputResponses::from([(key.to_owned(), resp.result)])),
+            };
             return match self
-                .remote_command(id, principal.name(), "tasks/update", params, ClientView::BASE)
+                .remote_command(id, principal.name(), &update, ClientView::BASE)
                 .await
             {
                 Ok(_) => Reply::Accepted,
@@ -596,7 +625,7 @@ impl Server {
 
 /// `notifications/tasks/status` with the task's state.
 fn status_note(t: &DetailedTask) -> String {
-    json!({"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": task_object(t)}).to_string()
+    json!({"jsonrpc": "2.0", "method": NOTIFICATIONS_TASKS_STATUS, "params": task_object(t)}).to_string()
 }
 
 /// An input request of a task as a server-to-client JSON-RPC request with
@@ -605,7 +634,7 @@ fn input_request(t: &DetailedTask, key: &str, request: &JsonObject) -> String {
     let method = request
         .get("method")
         .and_then(Value::as_str)
-        .unwrap_or("elicitation/create");
+        .unwrap_or(ELICITATION_CREATE);
     let mut params = match request.get("params") {
         Some(Value::Object(p)) => p.clone(),
         _ => serde_json::Map::new(),

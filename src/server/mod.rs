@@ -18,6 +18,7 @@ mod legacy;
 mod metrics;
 mod mrtr;
 mod reply;
+mod request;
 mod schema;
 mod session;
 pub mod stdio;
@@ -34,10 +35,11 @@ pub use auth::{Principal, TokenTable};
 #[cfg(feature = "postgres")]
 pub use cluster::{Cluster, ClusterConfig};
 pub use config::{ServerConfig, ServerLimits};
-pub use dispatch::{Incoming, LEGACY_VERSIONS, RequestHeaders};
+pub use dispatch::LEGACY_VERSIONS;
 pub use input::{ElicitAnswer, list_roots, sampling};
 pub use reply::{Reply, status_for};
-pub use schema::{ArgumentError, check_arguments};
+pub use request::{Incoming, RequestHeaders};
+pub use schema::{ArgumentError, ArgumentSchema, SchemaError, check_arguments};
 /// The `schemars` this crate derives tool schemas with ([`ToolSpec::typed`]),
 /// for `#[derive(JsonSchema)]` without a dependency of your own: add
 /// `#[schemars(crate = "subtask::server::schemars")]` to the type.
@@ -96,9 +98,12 @@ impl ServerBuilder {
     ///
     /// # Panics
     ///
-    /// If a tool with the same name is already registered.
+    /// If a tool with the same name is already registered, or if the
+    /// spec's `input_schema` was replaced after it was built with a schema
+    /// that does not compile (see [`ToolSpec::new`]).
     #[must_use]
     pub fn tool(mut self, spec: ToolSpec, tool: impl Tool) -> Self {
+        let spec = spec.compiled();
         assert!(
             self.tools.iter().all(|t| t.spec.name != spec.name),
             "tool {:?} registered twice",

@@ -16,8 +16,8 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
-use super::dispatch::Incoming;
 use super::reply::Reply;
+use super::request::Incoming;
 use super::session::Connection;
 use super::{Principal, Server};
 
@@ -73,7 +73,7 @@ pub async fn serve_lines(
         // `notifications/cancelled {requestId}` aborts that request (stdio only).
         let peek: Option<serde_json::Value> = serde_json::from_str(&line).ok();
         if let Some(v) = &peek
-            && v.get("method").and_then(|m| m.as_str()) == Some("notifications/cancelled")
+            && v.get("method").and_then(|m| m.as_str()) == Some(crate::model::NOTIFICATIONS_CANCELLED)
         {
             if let Some(rid) = v.pointer("/params/requestId")
                 && let Some(h) = inflight.lock().remove(&rid.to_string())

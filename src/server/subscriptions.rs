@@ -8,13 +8,14 @@ use futures::stream::{BoxStream, SelectAll};
 use futures::{StreamExt, stream};
 
 use super::Server;
-use super::dispatch::RequestCtx;
 use super::reply::{Reply, invalid};
+use super::request::RequestCtx;
 use super::tasks::modern_view;
 use crate::model::{
     AckResult, ClientView, DetailedTask, ErrorObject, JsonRpcNotification, JsonRpcRequest, JsonRpcResponse,
-    NOTIFICATIONS_SUBSCRIPTIONS_ACKNOWLEDGED, NOTIFICATIONS_TASKS, NotificationFilter, NotificationMeta,
-    SubscriptionsAcknowledgedParams, SubscriptionsListenParams, TaskId, TaskStatusNotificationParams,
+    Method, NOTIFICATIONS_SUBSCRIPTIONS_ACKNOWLEDGED, NOTIFICATIONS_TASKS, NotificationFilter,
+    NotificationMeta, SubscriptionsAcknowledgedParams, SubscriptionsListenParams, TaskId,
+    TaskStatusNotificationParams,
 };
 
 impl Server {
@@ -27,7 +28,8 @@ impl Server {
         let requested: Vec<&str> = p.notifications.task_ids().map(|(raw, _)| raw).collect();
         if requested.len() > max {
             return Err(invalid(format!(
-                "subscriptions/listen names {} tasks; the limit is {max}",
+                "{} names {} tasks; the limit is {max}",
+                Method::SubscriptionsListen,
                 requested.len()
             )));
         }

@@ -5,10 +5,9 @@
 use serde_json::Value;
 
 use super::auth::Principal;
-use super::dispatch::{RequestCtx, str_param};
 use super::reply::{Reply, invalid, result_reply, runtime_error, store_error};
+use super::request::{CallMode, RequestCtx, responses_of, str_param};
 use super::session::LegacyVersion;
-use super::tasks::responses_of;
 use super::tool::{ToolCall, ToolOutcome};
 use super::{RegisteredTool, Server, TaskSupport};
 use crate::core::{ClientView, RootOptions};
@@ -184,7 +183,7 @@ impl Server {
         // A copy of the call for the task's stored launch, only when a
         // store keeps one; the tool gets the call itself.
         let kept = self.inner.runtime.store().map(|_| call.clone());
-        let outcome = match tool.spec.check_arguments(&call.arguments) {
+        let outcome = match tool.spec.check_argument_value(arguments_value(req)) {
             Err(e) => ToolOutcome::Complete(super::tool::error_result(format!("{e}"))),
             Ok(()) => tool.tool.call(call).await,
         };
@@ -387,22 +386,6 @@ impl Server {
     }
 }
 
-/// How a `tools/call` arrived, which decides whether it may become a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CallMode {
-    /// 2026-07-28: a task when the tool makes one and the request declared
-    /// the tasks extension.
-    Modern,
-    /// Legacy without `params.task`: answered with the final result.
-    LegacySync,
-    /// Legacy with `params.task` (2025-11-25 task augmentation): answered
-    /// with a `CreateTaskResult`, with the requested TTL if any.
-    LegacyTask {
-        /// `params.task.ttl`.
-        ttl_ms: Option<u64>,
-    },
-}
-
 /// A tool's result as the request's protocol shows it: with `resultType`
 /// on the 2026 wire (`legacy` is `None`), as the tool made it on the
 /// legacy wire, without `structuredContent` before 2025-06-18 (its text
@@ -458,5 +441,17 @@ impl Drop for CancelOnDrop {
         if self.armed {
             let _ = self.server.inner.runtime.cancel(self.id);
         }
+    }
+}
+
+/// The request's `arguments` as it holds them (an empty object when
+/// absent), checked against the tool's schema without a copy; `read_call`
+/// has refused any other kind of value.
+fn arguments_value(req: &JsonRpcRequest) -> &Value {
+    static EMPTY: std::sync::LazyLock<Value> =
+        std::sync::LazyLock::new(|| Value::Object(serde_json::Map::new()));
+    match req.params.as_ref().and_then(|p| p.get("arguments")) {
+        Some(v @ Value::Object(_)) => v,
+        _ => &EMPTY,
     }
 }

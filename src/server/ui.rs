@@ -35,8 +35,9 @@ use serde_json::{Value, json};
 
 use super::http::{AppState, authenticate, check_host_and_origin, error_response, sse_frames};
 use super::reply::Reply;
+use super::request::OwnRequest;
 use super::{Principal, Server};
-use crate::model::{ErrorCode, TaskId, TaskStatus};
+use crate::model::{ErrorCode, TaskId, TaskMethod, TaskStatus};
 use crate::runtime::view::{TaskRow, TreeSummary};
 
 /// How often a live tree view gets a batch of changed rows, at most.
@@ -393,11 +394,8 @@ async fn live(State(state): State<AppState>, Path(id): Path<String>, headers: He
 }
 
 /// Runs one MCP request as `principal` and answers its JSON-RPC reply.
-async fn relay(server: &Server, principal: Principal, method: &str, params: Value) -> Response {
-    if !params.is_object() {
-        return bad_request("params must be an object");
-    }
-    let reply = server.request_as(principal, method, params).await;
+async fn relay(server: &Server, principal: Principal, request: OwnRequest) -> Response {
+    let reply = server.request_as(principal, &request).await;
     match reply {
         Reply::Message { status, body } => {
             let mut resp = Response::new(Body::from(body));
@@ -419,7 +417,7 @@ async fn task(State(state): State<AppState>, Path(id): Path<String>, headers: He
         Ok(p) => p,
         Err(resp) => return resp,
     };
-    relay(&state.server, principal, "tasks/get", json!({ "taskId": id })).await
+    relay(&state.server, principal, OwnRequest::new(TaskMethod::Get, id)).await
 }
 
 async fn command(
@@ -431,15 +429,16 @@ async fn command(
         Ok(p) => p,
         Err(resp) => return resp,
     };
+    // The action is the URL's last segment, not a method name.
     let method = match action.as_str() {
-        "steer" => "tasks/steer",
-        "pause" => "tasks/pause",
-        "resume" => "tasks/resume",
-        "cancel" => "tasks/cancel",
+        "steer" => TaskMethod::Steer,
+        "pause" => TaskMethod::Pause,
+        "resume" => TaskMethod::Resume,
+        "cancel" => TaskMethod::Cancel,
         _ => return not_found(),
     };
-    let mut params = json!({ "taskId": id });
-    if method == "tasks/steer" {
+    let mut request = OwnRequest::new(method, id);
+    if method == TaskMethod::Steer {
         let limit = state.server.config().limits.max_body_bytes;
         let Ok(body) = axum::body::to_bytes(req.into_body(), limit).await else {
             return bad_request("the body is too large");
@@ -450,9 +449,9 @@ async fn command(
         let Some(message) = message else {
             return bad_request(r#"steer takes a JSON body {"message": "..."}"#);
         };
-        params["message"] = json!(message);
+        request.message = Some(Value::String(message));
     }
-    relay(&state.server, principal, method, params).await
+    relay(&state.server, principal, request).await
 }
 
 #[cfg(test)]
