@@ -853,7 +853,8 @@ fn lease_loop(node: &Node) {
 // ----- notifications -----------------------------------------------------------------
 
 fn listen_loop(node: &Node) {
-    let mut pause = Duration::from_millis(50);
+    let retries = || crate::retry::delays(Duration::from_millis(50), Duration::from_secs(1));
+    let mut pauses = retries();
     while !node.stopped.load(Ordering::Acquire) && !node.is_lost.load(Ordering::Acquire) {
         let mut client = match node.connect().and_then(|mut c| {
             c.batch_execute("LISTEN subtask_answer; LISTEN subtask_changed; LISTEN subtask_inbox")
@@ -863,12 +864,11 @@ fn listen_loop(node: &Node) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "listening for other instances failed; retrying");
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_secs(1));
+                std::thread::sleep(pauses.next().unwrap_or(Duration::from_secs(1)));
                 continue;
             }
         };
-        pause = Duration::from_millis(50);
+        pauses = retries();
         // Whatever was notified while no connection listened: everyone re-reads.
         for w in node.answers.lock().values() {
             w.notify_one();
@@ -962,7 +962,7 @@ async fn supervise(seat: Weak<Seat>) {
             }
             Some(false) => {}
         }
-        let mut pause = Duration::from_millis(100);
+        let mut pauses = crate::retry::delays(Duration::from_millis(100), Duration::from_secs(1));
         let mut tries = 0u32;
         loop {
             let Some(s) = seat.upgrade() else { return };
@@ -985,8 +985,7 @@ async fn supervise(seat: Weak<Seat>) {
                 Err(e) => tracing::debug!(error = %e, "cannot rejoin the cluster yet"),
             }
             drop(s);
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(1));
+            tokio::time::sleep(pauses.next().unwrap_or(Duration::from_secs(1))).await;
         }
     }
 }
@@ -1018,7 +1017,7 @@ fn fence(server: &Server, node: &Arc<Node>) {
 /// `node` did (a newer epoch), asked once the database answers; `None`
 /// when the seat is gone or left meanwhile.
 async fn superseded(seat: &Weak<Seat>, node: &Arc<Node>) -> Option<bool> {
-    let mut pause = Duration::from_millis(100);
+    let mut pauses = crate::retry::delays(Duration::from_millis(100), Duration::from_secs(1));
     loop {
         if seat.upgrade()?.leaving.load(Ordering::Acquire) {
             return None;
@@ -1034,8 +1033,7 @@ async fn superseded(seat: &Weak<Seat>, node: &Arc<Node>) -> Option<bool> {
             Ok(newer) => return Some(newer),
             Err(e) => tracing::debug!(error = %e, "the database does not answer yet"),
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(1));
+        tokio::time::sleep(pauses.next().unwrap_or(Duration::from_secs(1))).await;
     }
 }
 

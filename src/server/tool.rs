@@ -478,7 +478,7 @@ pub fn error_result(text: impl Into<String>) -> JsonObject {
 /// An `elicitation/create` input request (form mode) with a flat schema.
 pub fn elicitation(message: &str, properties: Value, required: &[&str]) -> JsonObject {
     JsonObject::from_value(serde_json::json!({
-        "method": "elicitation/create",
+        "method": crate::model::ELICITATION_CREATE,
         "params": {
             "mode": "form",
             "message": message,
