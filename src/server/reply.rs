@@ -108,7 +108,8 @@ pub(crate) fn store_error(e: StoreError) -> ErrorObject {
         // SQLite's words are in the server's log, not for clients).
         StoreError::Full(_) => ErrorObject::new(
             ErrorCode::INTERNAL_ERROR,
-            "the task store is full: new tasks and changes are refused until space is freed              (nothing acknowledged is lost; a task's changes since then are shown once they are durable)",
+            "the task store is full: new tasks and changes are refused until space is freed \
+             (nothing acknowledged is lost; a task's changes since then are shown once they are durable)",
         )
         .with_data(serde_json::json!({"reason": "store_full"})),
         e => ErrorObject::new(
@@ -124,5 +125,23 @@ pub(crate) fn runtime_error(e: RuntimeError) -> ErrorObject {
             ErrorObject::task_not_found()
         }
         _ => e.to_error_object(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The store-full message, word for word as `docs/durability.md` gives it.
+    #[test]
+    fn the_store_full_message_is_one_sentence() {
+        let e = store_error(StoreError::Full("disk full".into()));
+        assert_eq!(e.code, ErrorCode::INTERNAL_ERROR);
+        assert_eq!(
+            e.message,
+            "the task store is full: new tasks and changes are refused until space is freed \
+             (nothing acknowledged is lost; a task's changes since then are shown once they are durable)"
+        );
+        assert_eq!(e.data, Some(serde_json::json!({"reason": "store_full"})));
     }
 }
