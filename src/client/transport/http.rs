@@ -242,7 +242,8 @@ pub(super) fn sse_messages(
                 }
                 None => {
                     st.done = true;
-                    st.decoder.finish(&mut items)
+                    st.decoder.finish();
+                    Ok(())
                 }
             };
             if let Err(v) = fed {
