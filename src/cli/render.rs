@@ -5,6 +5,7 @@ use std::io::IsTerminal;
 
 use subtask::client::{PartialResult, TaskNode, TaskOutcome, TaskTree};
 use subtask::model::{DetailedTask, JsonObject, TaskId, TaskPayload, TaskStatus, Timestamp};
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 /// Spinner frames for live tasks.
 const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
@@ -15,10 +16,10 @@ pub(crate) fn color_stdout() -> bool {
     std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// `s` in the colour of `status` (when `color`), padded to `width` visible columns.
+/// `s` in the colour of `status` (when `color`), padded to `width` terminal columns.
 pub(crate) fn paint_status(status: Option<TaskStatus>, color: bool, width: usize) -> String {
     let word = status.map_or("unknown", TaskStatus::as_str);
-    let padded = format!("{word:<width$}");
+    let padded = pad(word, width);
     if !color {
         return padded;
     }
@@ -66,15 +67,40 @@ pub(crate) fn short(id: TaskId) -> String {
     id.to_string()[..8].to_owned()
 }
 
-/// At most `width` characters of `s` (an ellipsis marks a cut).
+/// How many terminal columns `s` takes: CJK and emoji two, combining
+/// marks none (Unicode's East Asian Width, as terminals draw it).
+pub(crate) fn columns(s: &str) -> usize {
+    s.width()
+}
+
+/// `s` padded with spaces on the right to `width` columns.
+pub(crate) fn pad(s: &str, width: usize) -> String {
+    let fill = width.saturating_sub(columns(s));
+    let mut out = String::with_capacity(s.len() + fill);
+    out.push_str(s);
+    out.extend(std::iter::repeat_n(' ', fill));
+    out
+}
+
+/// At most `width` terminal columns of `s` (an ellipsis marks a cut; a
+/// wide character that would straddle the edge is cut whole).
 pub(crate) fn truncate(s: &str, width: usize) -> String {
-    if s.chars().count() <= width {
+    if columns(s) <= width {
         return s.to_owned();
     }
     if width == 0 {
         return String::new();
     }
-    let mut out: String = s.chars().take(width - 1).collect();
+    let room = width - 1; // the ellipsis takes one
+    let mut used = 0;
+    let mut out = String::new();
+    for c in s.chars() {
+        used += c.width().unwrap_or(0);
+        if used > room {
+            break;
+        }
+        out.push(c);
+    }
     out.push('…');
     out
 }
@@ -171,7 +197,7 @@ pub(crate) fn tree_lines(
             }
             let head = format!("{indent}{} ", icon(status, frame));
             let tail = format!(" {} {bar:<16} {time:>6}  {message}", short(node.id()));
-            let visible = head.chars().count() + STATUS;
+            let visible = columns(&head) + STATUS;
             let tail = truncate(&tail, width.saturating_sub(visible));
             format!("{head}{}{tail}", paint_status(status, color, STATUS))
                 .trim_end()
@@ -285,7 +311,7 @@ mod tests {
     }
 
     #[test]
-    fn truncation_counts_characters() {
+    fn truncation_keeps_short_text() {
         assert_eq!(truncate("héllo", 5), "héllo");
         assert_eq!(truncate("héllo world", 5), "héll…");
         assert_eq!(one_line("a\nb\tc"), "a b c");
@@ -298,5 +324,25 @@ mod tests {
             paint_status(Some(TaskStatus::Failed), true, 8),
             "\x1b[31mfailed  \x1b[0m"
         );
+    }
+
+    /// Cuts and widths are in terminal columns: CJK and emoji take two,
+    /// combining marks none.
+    #[test]
+    fn truncation_counts_terminal_columns() {
+        // Fits: 4 columns (4 characters would not be cut either).
+        assert_eq!(truncate("漢字", 4), "漢字");
+        // 8 columns into 5: two characters (4 columns) and the ellipsis.
+        assert_eq!(truncate("漢字漢字", 5), "漢字…");
+        assert_eq!(truncate("👍👍👍", 4), "👍…");
+        // 3 columns in 5 characters: nothing to cut.
+        assert_eq!(truncate("e\u{301}te\u{301}", 3), "e\u{301}te\u{301}");
+        assert_eq!(truncate("e\u{301}te\u{301}x", 3), "e\u{301}t…");
+        for (s, w) in [("漢字漢字", 5), ("a漢字", 4), ("👍👍👍", 4), ("x", 0)] {
+            assert!(columns(&truncate(s, w)) <= w, "{s:?} into {w}");
+        }
+        assert_eq!(pad("漢字", 6), "漢字  ");
+        assert_eq!(pad("e\u{301}", 3), "e\u{301}  ");
+        assert_eq!(pad("漢字漢字", 6), "漢字漢字");
     }
 }
