@@ -3,8 +3,9 @@
 //! the same store as the in-memory reference, also across a close and
 //! reopen, and what they hold must restore into the same trees the core had.
 //! PostgreSQL is a real server (`SUBTASK_TEST_PG`, started by
-//! `scripts/pg.sh`; each case gets a database of its own); without it the
-//! PostgreSQL cases fail, they do not skip.
+//! `scripts/pg.sh`; each case gets a database of its own, dropped when the
+//! case ends, passed or failed, so that a deep run holds a bounded number of
+//! them); without it the PostgreSQL cases fail, they do not skip.
 //!
 //! The command sequences are the lifecycle property test's
 //! (`support/commands.rs`), run through its harness, so every step is still
@@ -552,9 +553,9 @@ struct Sink {
     written: Written,
     mem: MemoryStore,
     sql: Option<SqliteStore>,
-    /// The PostgreSQL store and its database.
+    /// The PostgreSQL store (on the case's database).
     #[cfg(feature = "postgres")]
-    pg: Option<(PostgresStore, String)>,
+    pg: Option<PostgresStore>,
 }
 
 fn run_sequence(
@@ -566,15 +567,16 @@ fn run_sequence(
 ) -> Result<Coverage, TestCaseError> {
     let dir = TempDir::new("prop-store");
     let path = dir.db();
+    // Declared before everything that uses it, so dropped after it: the
+    // store's connection is closed when the database goes.
+    #[cfg(feature = "postgres")]
+    let db = pg::database();
     let sink = Rc::new(RefCell::new(Sink {
         written: Written::default(),
         mem: MemoryStore::new(),
         sql: Some(first.store(&path).map_err(TestCaseError::fail)?),
         #[cfg(feature = "postgres")]
-        pg: {
-            let url = pg::fresh_database();
-            Some((first.pg(&url).map_err(TestCaseError::fail)?, url))
-        },
+        pg: Some(first.pg(db.url()).map_err(TestCaseError::fail)?),
     }));
     let mut h = Harness::new(cfg);
     {
@@ -585,7 +587,7 @@ fn run_sequence(
             for b in batches {
                 s.mem.submit(b.clone());
                 #[cfg(feature = "postgres")]
-                s.pg.as_ref().expect("open").0.submit(b.clone());
+                s.pg.as_ref().expect("open").submit(b.clone());
                 s.sql.as_ref().expect("open").submit(b);
             }
         }));
@@ -601,20 +603,20 @@ fn run_sequence(
         s.written.seen.note(compared);
         #[cfg(feature = "postgres")]
         {
-            let (pg, url) = s.pg.take().expect("open");
+            let pg = s.pg.take().expect("open");
             compare_named(&s.mem, &pg, "postgres", &h.forest, &s.written)?;
             let pg = match reopen {
                 Some(open) => {
                     pg.flush().map_err(|e| format!("postgres flush: {e}"))?;
                     drop(pg); // joins the writer, closes the connection, frees the lock
-                    let pg = open.pg(&url)?;
+                    let pg = open.pg(db.url())?;
                     compare_named(&s.mem, &pg, "postgres", &h.forest, &s.written)
                         .map_err(|e| format!("after reopening PostgreSQL with {open:?}: {e}"))?;
                     pg
                 }
                 None => pg,
             };
-            s.pg = Some((pg, url));
+            s.pg = Some(pg);
         }
         if let Some(open) = reopen {
             s.sql
@@ -692,6 +694,60 @@ fn generated_sequences_exercise_the_store() {
     assert!(total.max_tree >= 20, "{total:?}");
 }
 
+/// Every case drops the database it made when it ends, so that a deep run
+/// (`PROPTEST_CASES=20000`, two PostgreSQL properties) holds a bounded number
+/// of databases and not one per case.
+#[cfg(feature = "postgres")]
+#[test]
+fn every_case_drops_its_database() {
+    use proptest::strategy::ValueTree;
+    let mut runner = cases::fixed_seed_runner();
+    let strategy = (config(), sequences(20), open_cfg(), checks(), open_cfg());
+    let (cfg, steps, first, checks, last) = strategy.new_tree(&mut runner).expect("a value").current();
+    let before = pg::made_on_this_thread().len();
+    run_sequence(cfg, &steps, first, &checks, last).expect("the case passes");
+    let other = strategy.new_tree(&mut runner).expect("a value").current();
+    let threads = vec![(cfg, steps), (other.0, other.1)];
+    concurrent(threads, first, last, Backend::Postgres).expect("the case passes");
+    let made = pg::made_on_this_thread().split_off(before);
+    assert_eq!(made.len(), 2, "{made:?}");
+    let left = pg::still_there(&made);
+    assert!(left.is_empty(), "the cases left {left:?} on the server");
+}
+
+/// So does a case that fails or panics with its store open, and every rerun
+/// of it while proptest shrinks it.
+#[cfg(feature = "postgres")]
+#[test]
+fn a_failing_case_drops_its_database_too() {
+    use proptest::test_runner::{Config, TestRunner};
+    let before = pg::made_on_this_thread().len();
+    let mut runner = TestRunner::new(Config {
+        cases: 4,
+        max_shrink_iters: 4,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let open = Open {
+        one_per_commit: true,
+        relaxed: true,
+        small_groups: false,
+    };
+    let result = runner.run(&(0..100u32), |n| {
+        let db = pg::database();
+        let _store = open.pg(db.url()).map_err(TestCaseError::fail)?;
+        if n % 2 == 0 {
+            panic!("case {n} panics (as planned)");
+        }
+        Err(TestCaseError::fail(format!("case {n} fails (as planned)")))
+    });
+    assert!(result.is_err(), "the cases fail");
+    let made = pg::made_on_this_thread().split_off(before);
+    assert!(made.len() > 1, "{made:?}");
+    let left = pg::still_there(&made);
+    assert!(left.is_empty(), "the failed cases left {left:?} on the server");
+}
+
 // ----- the concurrent property ------------------------------------------------------
 
 /// What one writer thread did.
@@ -758,13 +814,14 @@ fn concurrent(
 ) -> Result<(), TestCaseError> {
     let dir = TempDir::new("prop-store-mt");
     let path = dir.db();
+    // Dropped after the store (declared before it).
     #[cfg(feature = "postgres")]
-    let url = matches!(backend, Backend::Postgres).then(pg::fresh_database);
+    let db = matches!(backend, Backend::Postgres).then(pg::database);
     let opener = |o: Open| -> Result<Arc<dyn TaskStore>, String> {
         match backend {
             Backend::Sqlite => Ok(Arc::new(o.store(&path)?)),
             #[cfg(feature = "postgres")]
-            Backend::Postgres => Ok(Arc::new(o.pg(url.as_deref().expect("a database"))?)),
+            Backend::Postgres => Ok(Arc::new(o.pg(db.as_ref().expect("a database").url())?)),
         }
     };
     let sql = opener(open).map_err(TestCaseError::fail)?;
