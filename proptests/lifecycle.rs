@@ -20,7 +20,7 @@ use cases::proptest_config;
 #[path = "support/commands.rs"]
 mod commands;
 #[macro_use]
-#[path = "support/harness.rs"]
+#[path = "support/harness/mod.rs"]
 mod harness;
 #[path = "support/reference.rs"]
 mod reference;

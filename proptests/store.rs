@@ -48,7 +48,7 @@ mod cases;
 #[path = "support/commands.rs"]
 mod commands;
 #[allow(dead_code)]
-#[path = "support/harness.rs"]
+#[path = "support/harness/mod.rs"]
 mod harness;
 #[allow(dead_code)]
 #[path = "support/reference.rs"]
