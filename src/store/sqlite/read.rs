@@ -2,9 +2,9 @@
 
 use rusqlite::Connection;
 
-use super::{blob_id, io};
+use super::blob_id;
 #[cfg(feature = "fuzzing")]
-use super::{schema::MIGRATIONS, writer::Writer};
+use super::{io, schema::MIGRATIONS, writer::Writer};
 use crate::model::IdMap;
 use crate::store::queue::assemble;
 use crate::store::{StoreError, StoredTask, StoredTree, TreeMeta};
