@@ -798,7 +798,7 @@ pub(crate) fn answer_of(outcome: &Result<Applied, RuntimeError>) -> InboxAnswer 
             InboxAnswer::Result(serde_json::to_value(crate::model::AckResult::new()).expect("serializes"))
         }
         Ok(Applied::Task(snap)) => InboxAnswer::Result(
-            serde_json::to_value(super::tasks::task_result((**snap).clone())).expect("serializes"),
+            serde_json::to_value(super::reply::task_result((**snap).clone())).expect("serializes"),
         ),
         Err(e) => InboxAnswer::Error(super::reply::runtime_error(e.clone())),
     }

@@ -1,10 +1,14 @@
-//! What goes back to the transport, and the one place that maps errors to
+//! What goes back to the transport, how a task is shown on the 2026-07-28
+//! wire ([`task_result`], [`modern_view`]), and the one place that maps errors to
 //! JSON-RPC codes (`runtime_error`, `store_error`) and to HTTP statuses
 //! (`status_for`, `Rejected`).
 
 use futures::stream::BoxStream;
 
-use crate::model::{ErrorCode, ErrorObject, JsonRpcError, JsonRpcResponse, RequestId};
+use crate::model::{
+    DetailedTask, ErrorCode, ErrorObject, GetTaskResult, JsonRpcError, JsonRpcResponse, RequestId,
+    TaskPayload, complete_result,
+};
 use crate::runtime::RuntimeError;
 use crate::store::StoreError;
 
@@ -126,6 +130,25 @@ pub(crate) fn runtime_error(e: RuntimeError) -> ErrorObject {
         }
         _ => e.to_error_object(),
     }
+}
+
+/// A task as `tasks/get` answers it on the 2026-07-28 wire.
+pub(crate) fn task_result(task: DetailedTask) -> GetTaskResult {
+    GetTaskResult::new(modern_view(task))
+}
+
+/// A task as the 2026-07-28 wire shows it: a completed task's `result` is a
+/// complete `CallToolResult` of that revision, so it carries `resultType:
+/// "complete"` (tool handlers, subtasks included, return the bare result).
+pub(crate) fn modern_view(task: DetailedTask) -> DetailedTask {
+    let (task, payload) = task.into_parts();
+    let payload = match payload {
+        TaskPayload::Completed { result } => TaskPayload::Completed {
+            result: complete_result(result),
+        },
+        other => other,
+    };
+    DetailedTask::new(task, payload)
 }
 
 #[cfg(test)]

@@ -8,9 +8,8 @@ use futures::stream::{BoxStream, SelectAll};
 use futures::{StreamExt, stream};
 
 use super::Server;
-use super::reply::{Reply, invalid};
+use super::reply::{Reply, invalid, modern_view};
 use super::request::RequestCtx;
-use super::tasks::modern_view;
 use crate::model::{
     AckResult, ClientView, DetailedTask, ErrorObject, JsonRpcNotification, JsonRpcRequest, JsonRpcResponse,
     Method, NOTIFICATIONS_SUBSCRIPTIONS_ACKNOWLEDGED, NOTIFICATIONS_TASKS, NotificationFilter,

@@ -8,11 +8,9 @@ use serde_json::Value;
 
 use super::Server;
 use super::auth::Principal;
-use super::reply::{Reply, result_reply, runtime_error, store_error};
+use super::reply::{Reply, result_reply, runtime_error, store_error, task_result};
 use super::request::{RequestCtx, TaskCommand, TaskIdOnly};
-use crate::model::{
-    AckResult, ClientView, DetailedTask, ErrorObject, GetTaskResult, TaskId, TaskPayload, complete_result,
-};
+use crate::model::{AckResult, ClientView, DetailedTask, ErrorObject, TaskId};
 use crate::runtime::{Applied, Owner};
 
 impl Server {
@@ -131,22 +129,4 @@ impl Server {
         rt.flushed(id).await.map_err(store_error)?;
         Ok(reply)
     }
-}
-
-pub(crate) fn task_result(task: DetailedTask) -> GetTaskResult {
-    GetTaskResult::new(modern_view(task))
-}
-
-/// A task as the 2026-07-28 wire shows it: a completed task's `result` is a
-/// complete `CallToolResult` of that revision, so it carries `resultType:
-/// "complete"` (tool handlers, subtasks included, return the bare result).
-pub(crate) fn modern_view(task: DetailedTask) -> DetailedTask {
-    let (task, payload) = task.into_parts();
-    let payload = match payload {
-        TaskPayload::Completed { result } => TaskPayload::Completed {
-            result: complete_result(result),
-        },
-        other => other,
-    };
-    DetailedTask::new(task, payload)
 }
