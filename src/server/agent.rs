@@ -21,6 +21,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
+use super::access::SubtreeNode;
 use super::auth::Principal;
 use super::reply::Reply;
 use super::request::OwnRequest;
@@ -180,15 +181,6 @@ fn result_text(result: &JsonObject) -> String {
     }
 }
 
-/// One task of a tree as `task_status` reads it.
-struct Node {
-    id: TaskId,
-    parent: Option<TaskId>,
-    status: TaskStatus,
-    message: Option<String>,
-    children: Vec<TaskId>,
-}
-
 /// A task's outcome as a model reads it: its result's text, its error.
 fn outcome_of(snap: &DetailedTask) -> (Option<String>, Option<String>) {
     match snap.payload() {
@@ -212,7 +204,7 @@ fn decode_cursor(raw: &str) -> Option<(TaskId, usize)> {
 
 /// The tasks under `top` (itself included) in SEP-2268 result order: each
 /// child's subtree in `childTaskIds` order, then the parent.
-fn result_order(nodes: &HashMap<TaskId, Node>, top: TaskId) -> Vec<(TaskId, usize)> {
+fn result_order(nodes: &HashMap<TaskId, SubtreeNode>, top: TaskId) -> Vec<(TaskId, usize)> {
     let mut out = Vec::with_capacity(nodes.len());
     // (task, depth, children visited)
     let mut stack: Vec<(TaskId, usize, bool)> = vec![(top, 0, false)];
@@ -228,40 +220,12 @@ fn result_order(nodes: &HashMap<TaskId, Node>, top: TaskId) -> Vec<(TaskId, usiz
     out
 }
 
-/// The tree's rows as nodes with their children in `childTaskIds` order
-/// (the rows come in pre-order).
-fn nodes_of(rows: &[crate::runtime::view::TaskRow]) -> HashMap<TaskId, Node> {
-    let mut nodes: HashMap<TaskId, Node> = rows
-        .iter()
-        .map(|row| {
-            (
-                row.id,
-                Node {
-                    id: row.id,
-                    parent: row.parent,
-                    status: row.status,
-                    message: row.message.clone(),
-                    children: Vec::new(),
-                },
-            )
-        })
-        .collect();
-    for row in rows {
-        if let Some(p) = row.parent
-            && let Some(parent) = nodes.get_mut(&p)
-        {
-            parent.children.push(row.id);
-        }
-    }
-    nodes
-}
-
 /// `task_status`'s answer (text, structured content) for the subtree of
 /// `top` in `nodes`, listing from `offset`; `snapshot` reads a listed
 /// task's outcome from the same reading as `nodes`. `None` when `top` is
 /// not in `nodes`.
 fn status_page(
-    nodes: &HashMap<TaskId, Node>,
+    nodes: &HashMap<TaskId, SubtreeNode>,
     id: TaskId,
     offset: usize,
     snapshot: &dyn Fn(TaskId) -> Option<DetailedTask>,
@@ -433,60 +397,16 @@ impl Server {
         }
     }
 
-    /// The snapshot of task `id` as `principal` may see it, once durable:
-    /// from this instance, or another cluster instance's through the
-    /// database. `None` for unknown and foreign ids alike.
+    /// The snapshot of task `id` as `principal` may see it, once durable,
+    /// wherever its tree is held. `None` for unknown and foreign ids alike.
     async fn agent_snapshot(
         &self,
         id: TaskId,
         principal: &Principal,
     ) -> Result<Option<DetailedTask>, ErrorObject> {
-        let rt = &self.inner.runtime;
-        if let Some((snap, ticket)) = rt.get_owned(id, principal.name(), ClientView::PAUSE_AWARE) {
-            rt.durable(ticket).await.map_err(super::reply::store_error)?;
-            return Ok(Some(snap));
-        }
-        self.remote_get(id, principal.name(), ClientView::PAUSE_AWARE)
+        self.tasks()
+            .get(id, principal.name(), ClientView::PAUSE_AWARE)
             .await
-    }
-
-    /// The subtree of `top` held by another cluster instance, read task by
-    /// task from the database (each task's row is one durable reading of
-    /// it): every task with its status, message and children, and the
-    /// snapshots. `None` when `principal` cannot see `top`.
-    async fn remote_tree(
-        &self,
-        top: TaskId,
-        principal: &Principal,
-    ) -> Result<Option<(HashMap<TaskId, Node>, HashMap<TaskId, DetailedTask>)>, ErrorObject> {
-        let mut nodes = HashMap::new();
-        let mut snaps = HashMap::new();
-        let mut queue = vec![top];
-        while let Some(id) = queue.pop() {
-            let Some(snap) = self
-                .remote_get(id, principal.name(), ClientView::PAUSE_AWARE)
-                .await?
-            else {
-                if id == top {
-                    return Ok(None);
-                }
-                continue;
-            };
-            let t = snap.task();
-            queue.extend(t.child_task_ids.iter().copied());
-            nodes.insert(
-                id,
-                Node {
-                    id,
-                    parent: t.parent_task_id,
-                    status: snap.status(),
-                    message: t.status_message.clone(),
-                    children: t.child_task_ids.clone(),
-                },
-            );
-            snaps.insert(id, snap);
-        }
-        Ok(Some((nodes, snaps)))
     }
 
     async fn agent_status(&self, id: TaskId, cursor: Option<&str>, principal: &Principal) -> JsonObject {
@@ -500,29 +420,22 @@ impl Server {
                 ));
             }
         };
-        let rt = &self.inner.runtime;
-        let page = if let Some(tree) = rt.owned_tree(id, principal.name()) {
-            // Held here: the rows and the listed tasks' results in one
-            // reading under the tree's lock, so that they agree.
-            let (page, _) = rt.read_tree(&tree, ClientView::PAUSE_AWARE, |rows, snapshot| {
-                status_page(&nodes_of(rows), id, offset, snapshot)
-            });
-            page
-        } else {
-            match self.remote_tree(id, principal).await {
-                Ok(Some((nodes, snaps))) => status_page(&nodes, id, offset, &|t| snaps.get(&t).cloned()),
-                Ok(None) => None,
-                Err(e) => return unavailable(&e),
-            }
+        // The rows and the listed tasks' results from one reading, so
+        // that they agree; shown once durable.
+        let page = self
+            .tasks()
+            .read_subtree(
+                id,
+                principal.name(),
+                ClientView::PAUSE_AWARE,
+                |nodes, snapshot| status_page(nodes, id, offset, snapshot),
+            )
+            .await;
+        let (text, structured) = match page {
+            Ok(Some(Some(page))) => page,
+            Ok(_) => return unknown(&id.to_string()),
+            Err(e) => return unavailable(&e),
         };
-        let Some((text, structured)) = page else {
-            return unknown(&id.to_string());
-        };
-        // Nothing is shown before it is durable (a tree held elsewhere was
-        // read durable).
-        if let Err(e) = rt.flushed(id).await {
-            return unavailable(&super::reply::store_error(e));
-        }
         answer(text, structured)
     }
 
@@ -537,7 +450,7 @@ impl Server {
             return Ok(None);
         };
         if !last.status().is_terminal() {
-            let mut updates = self.follow(id, principal.name(), ClientView::PAUSE_AWARE);
+            let mut updates = self.tasks().follow(id, principal.name(), ClientView::PAUSE_AWARE);
             let _ = tokio::time::timeout(limit, async {
                 while let Some(s) = updates.next().await {
                     let done = s.status().is_terminal();
@@ -769,14 +682,14 @@ mod tests {
     fn result_order_is_children_first_in_order() {
         let ids: Vec<TaskId> = (0..5).map(|_| TaskId::random()).collect();
         // 0 -> [1, 2], 1 -> [3, 4]
-        let node = |i: usize, parent: Option<usize>, children: &[usize]| Node {
+        let node = |i: usize, parent: Option<usize>, children: &[usize]| SubtreeNode {
             id: ids[i],
             parent: parent.map(|p| ids[p]),
             status: TaskStatus::Working,
             message: None,
             children: children.iter().map(|c| ids[*c]).collect(),
         };
-        let nodes: HashMap<TaskId, Node> = [
+        let nodes: HashMap<TaskId, SubtreeNode> = [
             node(0, None, &[1, 2]),
             node(1, Some(0), &[3, 4]),
             node(2, Some(0), &[]),

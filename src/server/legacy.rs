@@ -26,14 +26,13 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use futures::stream::{BoxStream, StreamExt};
 use serde_json::{Value, json};
 
 use super::Server;
+use super::access::{CommandError, TaskAccess};
 use super::auth::Principal;
-use super::reply::{Rejected, Reply, error_reply, invalid, result_reply, runtime_error, store_error};
+use super::reply::{Rejected, Reply, error_reply, invalid, result_reply, store_error};
 use super::request::{CallMode, Incoming, RequestCtx, TaskCommand, str_param};
 use super::session::{Connection, LegacyVersion};
 use crate::core::ClientView;
@@ -43,7 +42,7 @@ use crate::model::{
     NOTIFICATIONS_TASKS_STATUS, RelatedTask, RequestId, TaskId, TaskMethod, TaskPayload, TaskStatus,
     TasksCapability,
 };
-use crate::runtime::{Command, ListPosition};
+use crate::runtime::Command;
 
 /// Prefix of the ids of the input requests a `tasks/result` stream sends:
 /// `subtask-input:<taskId>:<key>`. The id names the task and the key, so
@@ -170,34 +169,11 @@ fn final_message(id: &RequestId, t: &DetailedTask) -> String {
     message.to_string()
 }
 
-/// A cursor of `tasks/list`: opaque to clients, checked when it comes back.
-fn encode_cursor(p: ListPosition) -> String {
-    URL_SAFE_NO_PAD.encode(format!("subtask-list:{}:{}", p.tree, p.task))
-}
-
-fn decode_cursor(raw: &str) -> Option<ListPosition> {
-    let bytes = URL_SAFE_NO_PAD.decode(raw).ok()?;
-    let text = String::from_utf8(bytes).ok()?;
-    let (tree, task) = text.strip_prefix("subtask-list:")?.split_once(':')?;
-    Some(ListPosition {
-        tree: tree.parse().ok()?,
-        task: task.parse().ok()?,
-    })
-}
-
-/// A cluster's `tasks/list` cursor: the stored sequence numbers of the
-/// last tree and task listed.
-#[cfg(feature = "postgres")]
-fn encode_db_cursor((tree, task): (i64, i64)) -> String {
-    URL_SAFE_NO_PAD.encode(format!("subtask-dblist:{tree}:{task}"))
-}
-
-#[cfg(feature = "postgres")]
-fn decode_db_cursor(raw: &str) -> Option<(i64, i64)> {
-    let bytes = URL_SAFE_NO_PAD.decode(raw).ok()?;
-    let text = String::from_utf8(bytes).ok()?;
-    let (tree, task) = text.strip_prefix("subtask-dblist:")?.split_once(':')?;
-    Some((tree.parse().ok()?, task.parse().ok()?))
+/// The `taskId` a legacy task method names; a malformed id is "task not
+/// found", like an unknown or foreign one.
+fn task_id_param(req: &JsonRpcRequest) -> Result<TaskId, ErrorObject> {
+    let raw = str_param(req.params.as_ref(), "taskId").ok_or_else(|| invalid("`taskId` must be a string"))?;
+    TaskAccess::parse(raw)
 }
 
 impl Server {
@@ -292,44 +268,13 @@ impl Server {
     }
 
     async fn legacy_get(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
-        let raw =
-            str_param(req.params.as_ref(), "taskId").ok_or_else(|| invalid("`taskId` must be a string"))?;
-        let id: TaskId = raw.parse().map_err(|_| ErrorObject::task_not_found())?;
-        let rt = &self.inner.runtime;
-        // The owner check, the snapshot and the durability ticket in one lookup.
-        let Some((snap, ticket)) = rt.get_owned(id, ctx.principal.name(), ClientView::BASE) else {
-            // Held by another cluster instance (or unknown).
-            let snap = self
-                .remote_get(id, ctx.principal.name(), ClientView::BASE)
-                .await?
-                .ok_or_else(ErrorObject::task_not_found)?;
-            return Ok(result_reply(&ctx.id, task_object(&snap)));
-        };
-        rt.durable(ticket).await.map_err(store_error)?;
-        Ok(result_reply(&ctx.id, task_object(&snap)))
-    }
-
-    /// A task id the caller may see and its current snapshot, from this
-    /// instance's runtime or, for a tree another cluster instance holds,
-    /// from the database; `local` says which.
-    async fn legacy_lookup(
-        &self,
-        req: &JsonRpcRequest,
-        principal: &Principal,
-    ) -> Result<(TaskId, DetailedTask, bool), ErrorObject> {
-        let raw =
-            str_param(req.params.as_ref(), "taskId").ok_or_else(|| invalid("`taskId` must be a string"))?;
-        if let Ok(id) = self.visible_task(raw, principal)
-            && let Some(snap) = self.inner.runtime.get(id, ClientView::BASE)
-        {
-            return Ok((id, snap, true));
-        }
-        let id: TaskId = raw.parse().map_err(|_| ErrorObject::task_not_found())?;
+        let id = task_id_param(req)?;
         let snap = self
-            .remote_get(id, principal.name(), ClientView::BASE)
+            .tasks()
+            .get(id, ctx.principal.name(), ClientView::BASE)
             .await?
             .ok_or_else(ErrorObject::task_not_found)?;
-        Ok((id, snap, false))
+        Ok(result_reply(&ctx.id, task_object(&snap)))
     }
 
     /// `tasks/result`: the answer at once for a terminal task; otherwise an
@@ -345,7 +290,12 @@ impl Server {
         ctx: &RequestCtx,
         connection: Option<&Connection>,
     ) -> Result<Reply, ErrorObject> {
-        let (id, snap, _) = self.legacy_lookup(req, &ctx.principal).await?;
+        let id = task_id_param(req)?;
+        let snap = self
+            .tasks()
+            .peek(id, ctx.principal.name(), ClientView::BASE)
+            .await?
+            .ok_or_else(ErrorObject::task_not_found)?;
         let notes = connection.is_none();
         if let Some(conn) = connection
             && !snap.status().is_terminal()
@@ -369,7 +319,7 @@ impl Server {
             done: bool,
         }
         let state = State {
-            updates: self.follow(id, ctx.principal.name(), ClientView::BASE),
+            updates: self.tasks().follow(id, ctx.principal.name(), ClientView::BASE),
             rt,
             request: ctx.id.clone(),
             asked: HashSet::new(),
@@ -423,7 +373,8 @@ impl Server {
     /// whether it is the last (the task ended); a store failure ends them.
     fn status_notes(&self, id: TaskId, principal: &Principal) -> BoxStream<'static, (String, bool)> {
         let rt = self.inner.runtime.clone();
-        self.follow(id, principal.name(), ClientView::BASE)
+        self.tasks()
+            .follow(id, principal.name(), ClientView::BASE)
             .then(move |snap| {
                 let rt = rt.clone();
                 async move {
@@ -439,57 +390,18 @@ impl Server {
     }
 
     async fn legacy_list(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
-        #[cfg(feature = "postgres")]
-        if let Some(node) = self.cluster() {
-            // A cluster lists from the database, so every instance gives
-            // the same pages (rows hold only what was durable).
-            let after = match req.params.as_ref().and_then(|p| p.get("cursor")) {
-                None | Some(Value::Null) => (0, 0),
-                Some(Value::String(c)) => {
-                    decode_db_cursor(c).ok_or_else(|| invalid("invalid cursor for tasks/list"))?
-                }
-                Some(_) => return Err(invalid("`cursor` must be a string")),
-            };
-            let (tasks, next) = node
-                .list(ctx.principal.name(), after, LIST_PAGE, ClientView::BASE)
-                .await
-                .map_err(store_error)?;
-            let result = ListTasksResult {
-                tasks: tasks.iter().map(legacy_task).collect(),
-                next_cursor: next.map(encode_db_cursor),
-            };
-            return Ok(result_reply(
-                &ctx.id,
-                serde_json::to_value(result).expect("results serialize"),
-            ));
-        }
-        let from = match req.params.as_ref().and_then(|p| p.get("cursor")) {
-            None | Some(Value::Null) => ListPosition::default(),
-            Some(Value::String(c)) => {
-                decode_cursor(c).ok_or_else(|| invalid("invalid cursor for tasks/list"))?
-            }
+        let cursor = match req.params.as_ref().and_then(|p| p.get("cursor")) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(c)) => Some(c.as_str()),
             Some(_) => return Err(invalid("`cursor` must be a string")),
         };
-        let owner = self.owner(&ctx.principal);
-        let rt = &self.inner.runtime;
-        let (tasks, next) = rt.list_owned(&owner, from, LIST_PAGE, ClientView::BASE);
-        let mut roots: Vec<TaskId> = Vec::new();
-        for t in &tasks {
-            if t.task().parent_task_id.is_none() {
-                roots.push(t.task().task_id);
-            }
-        }
-        // Nothing is shown before it is durable: one wait per tree (a page
-        // that starts inside a tree waits for that tree through its first task).
-        if let Some(first) = tasks.first() {
-            rt.flushed(first.task().task_id).await.map_err(store_error)?;
-        }
-        for root in roots {
-            rt.flushed(root).await.map_err(store_error)?;
-        }
+        let (tasks, next_cursor) = self
+            .tasks()
+            .list(&ctx.principal, cursor, LIST_PAGE, ClientView::BASE)
+            .await?;
         let result = ListTasksResult {
             tasks: tasks.iter().map(legacy_task).collect(),
-            next_cursor: next.map(encode_cursor),
+            next_cursor,
         };
         Ok(result_reply(
             &ctx.id,
@@ -498,54 +410,24 @@ impl Server {
     }
 
     async fn legacy_cancel(&self, req: &JsonRpcRequest, ctx: &RequestCtx) -> Result<Reply, ErrorObject> {
-        let (id, snap, local) = self.legacy_lookup(req, &ctx.principal).await?;
-        let rt = &self.inner.runtime;
+        let id = task_id_param(req)?;
+        let access = self.tasks();
+        let name = ctx.principal.name();
+        let snap = access
+            .peek(id, name, ClientView::BASE)
+            .await?
+            .ok_or_else(ErrorObject::task_not_found)?;
         if snap.status().is_terminal() {
             return Err(invalid(format!(
                 "Cannot cancel task: already in terminal status '{}'",
                 status_of(&snap).0.as_str()
             )));
         }
-        if !local {
-            // Held by another cluster instance: it cancels; the answer
-            // waits for the task to end there, within the same bound.
-            let name = ctx.principal.name();
-            let cancel = TaskCommand {
-                method: TaskMethod::Cancel,
-                task_id: id.to_string(),
-                command: Command::Cancel,
-            };
-            self.remote_command(id, name, &cancel, ClientView::BASE).await?;
-            let mut updates = self.follow(id, name, ClientView::BASE);
-            let ended = tokio::time::timeout(CANCEL_WAIT, async {
-                while let Some(s) = updates.next().await {
-                    if s.status().is_terminal() {
-                        return Some(s);
-                    }
-                }
-                None
-            })
-            .await;
-            let snap = match ended {
-                Ok(Some(done)) => done,
-                _ => self
-                    .remote_get(id, name, ClientView::BASE)
-                    .await?
-                    .ok_or_else(ErrorObject::task_not_found)?,
-            };
-            return Ok(result_reply(&ctx.id, task_object(&snap)));
-        }
-        self.writable()?;
-        let _ = rt.cancel(id).map_err(runtime_error)?;
         // The text wants the task `cancelled` before the answer: wait for
         // the subtree to wind down (leaves first), within a bound.
-        let snap = match tokio::time::timeout(CANCEL_WAIT, rt.wait(id, ClientView::BASE)).await {
-            Ok(Some(done)) => done,
-            _ => rt
-                .get(id, ClientView::BASE)
-                .ok_or_else(ErrorObject::task_not_found)?,
-        };
-        rt.flushed(id).await.map_err(store_error)?;
+        let snap = access
+            .cancel_and_wait(id, name, ClientView::BASE, CANCEL_WAIT)
+            .await?;
         Ok(result_reply(&ctx.id, task_object(&snap)))
     }
 
@@ -568,38 +450,24 @@ impl Server {
         let Some((task, key)) = raw.strip_prefix(INPUT_ID_PREFIX).and_then(|r| r.split_once(':')) else {
             return not_ours();
         };
-        let Ok(id) = self.visible_task(task, principal) else {
-            // A task another cluster instance holds: a `tasks/update` there.
-            let Ok(id) = task.parse::<TaskId>() else {
-                return not_ours();
-            };
-            let update = TaskCommand {
-                method: TaskMethod::Update,
-                task_id: id.to_string(),
-                command: Command::Update(InputResponses::from([(key.to_owned(), resp.result)])),
-            };
-            return match self
-                .remote_command(id, principal.name(), &update, ClientView::BASE)
-                .await
-            {
-                Ok(_) => Reply::Accepted,
-                Err(e) if e == ErrorObject::task_not_found() => not_ours(),
-                Err(e) => error_reply(400, None, e),
-            };
+        let Ok(id) = task.parse::<TaskId>() else {
+            return not_ours();
         };
-        let rt = &self.inner.runtime;
-        let mut answers = InputResponses::new();
-        answers.insert(key.to_owned(), resp.result);
-        if let Err(e) = self.writable() {
-            return error_reply(500, None, e);
-        }
         // Keys no longer outstanding are ignored (I9), like a repeated update.
-        if let Err(e) = rt.update(id, answers) {
-            return error_reply(400, None, runtime_error(e));
-        }
-        match rt.flushed(id).await {
-            Ok(()) => Reply::Accepted,
-            Err(e) => error_reply(500, None, store_error(e)),
+        let update = TaskCommand {
+            method: TaskMethod::Update,
+            task_id: id.to_string(),
+            command: Command::Update(InputResponses::from([(key.to_owned(), resp.result)])),
+        };
+        match self
+            .tasks()
+            .command(id, principal.name(), &update, ClientView::BASE)
+            .await
+        {
+            Ok(_) => Reply::Accepted,
+            Err(CommandError::NotFound) => not_ours(),
+            Err(CommandError::Unavailable(e)) => error_reply(500, None, e),
+            Err(CommandError::Refused(e)) => error_reply(400, None, e),
         }
     }
 
@@ -769,15 +637,6 @@ mod tests {
             (t["status"].as_str(), t["statusMessage"].as_str()),
             (Some("failed"), Some("width is out of range"))
         );
-    }
-
-    #[test]
-    fn list_cursors_round_trip_and_garbage_is_refused() {
-        let p = ListPosition { tree: 42, task: 7 };
-        assert_eq!(decode_cursor(&encode_cursor(p)), Some(p));
-        for bad in ["", "x", "c3VidGFzaw", &URL_SAFE_NO_PAD.encode("subtask-list:1")] {
-            assert_eq!(decode_cursor(bad), None, "{bad}");
-        }
     }
 
     #[test]

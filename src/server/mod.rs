@@ -4,6 +4,7 @@
 //! This layer validates and dispatches requests, authenticates principals
 //! and enforces limits; it holds no lifecycle logic (that is the core's).
 
+mod access;
 mod agent;
 mod auth;
 #[cfg(feature = "postgres")]

@@ -11,10 +11,9 @@ use super::Server;
 use super::reply::{Reply, invalid, modern_view};
 use super::request::RequestCtx;
 use crate::model::{
-    AckResult, ClientView, DetailedTask, ErrorObject, JsonRpcNotification, JsonRpcRequest, JsonRpcResponse,
-    Method, NOTIFICATIONS_SUBSCRIPTIONS_ACKNOWLEDGED, NOTIFICATIONS_TASKS, NotificationFilter,
-    NotificationMeta, SubscriptionsAcknowledgedParams, SubscriptionsListenParams, TaskId,
-    TaskStatusNotificationParams,
+    AckResult, DetailedTask, ErrorObject, JsonRpcNotification, JsonRpcRequest, JsonRpcResponse, Method,
+    NOTIFICATIONS_SUBSCRIPTIONS_ACKNOWLEDGED, NOTIFICATIONS_TASKS, NotificationFilter, NotificationMeta,
+    SubscriptionsAcknowledgedParams, SubscriptionsListenParams, TaskId, TaskStatusNotificationParams,
 };
 
 impl Server {
@@ -34,21 +33,10 @@ impl Server {
         }
         // Foreign and unknown ids are left out of the acknowledgement, silently.
         let mut accepted: Vec<TaskId> = Vec::new();
+        let access = self.tasks();
         for raw in requested {
-            let id = match self.visible_task(raw, &ctx.principal) {
-                Ok(id) => id,
-                // A task another cluster instance holds.
-                Err(_) => match raw.parse::<TaskId>() {
-                    Ok(id)
-                        if self
-                            .remote_get(id, ctx.principal.name(), ctx.view())
-                            .await?
-                            .is_some() =>
-                    {
-                        id
-                    }
-                    _ => continue,
-                },
+            let Some(id) = access.visible(raw, ctx.principal.name(), ctx.view()).await? else {
+                continue;
             };
             if !accepted.contains(&id) {
                 accepted.push(id);
@@ -73,7 +61,7 @@ impl Server {
         let view = ctx.view();
         let mut all: SelectAll<BoxStream<'static, DetailedTask>> = SelectAll::new();
         for id in &accepted {
-            all.push(self.follow(*id, ctx.principal.name(), view));
+            all.push(access.follow(*id, ctx.principal.name(), view));
         }
         let watched: HashSet<TaskId> = accepted.iter().copied().collect();
         let sid = sub_id.clone();
@@ -91,7 +79,7 @@ impl Server {
                 // Subtasks are included: follow every child as it appears.
                 for child in &task.task().child_task_ids {
                     if watched.insert(*child) {
-                        all.push(server.follow(*child, &principal, view));
+                        all.push(server.tasks().follow(*child, &principal, view));
                     }
                 }
                 let params = TaskStatusNotificationParams {
@@ -108,44 +96,20 @@ impl Server {
         // A fenced cluster instance's streams end at once, saying so: its
         // trees are dropped, and the client listens again elsewhere (or
         // here once it has rejoined).
-        #[cfg(feature = "postgres")]
-        let (updates, node) = match self.cluster().cloned() {
-            Some(node) => {
-                let fenced = node.clone();
-                let updates = updates.take_until(async move { fenced.fenced().await });
-                (updates.boxed(), Some(node))
-            }
-            None => (updates.boxed(), None),
+        let updates = match access.fenced() {
+            Some(fenced) => updates.take_until(fenced).boxed(),
+            None => updates.boxed(),
         };
         let end_id = ctx.id.clone();
+        let server = self.clone();
         let end = stream::once(async move {
-            #[cfg(feature = "postgres")]
-            if node.as_ref().is_some_and(|n| n.is_fenced()) {
-                let error = crate::model::JsonRpcError::new(Some(end_id), super::cluster::fenced_error());
+            if let Some(error) = server.tasks().fenced_error() {
+                let error = crate::model::JsonRpcError::new(Some(end_id), error);
                 return serde_json::to_string(&error).expect("errors serialize");
             }
             serde_json::to_string(&JsonRpcResponse::new(end_id, AckResult::new()))
                 .expect("responses serialize")
         });
         Ok(Reply::Stream(first.chain(updates).chain(end).boxed()))
-    }
-
-    /// Snapshots of `id` as it changes: from the runtime when this
-    /// instance holds its tree, else from the cluster's database.
-    pub(crate) fn follow(
-        &self,
-        id: TaskId,
-        principal: &str,
-        view: ClientView,
-    ) -> BoxStream<'static, DetailedTask> {
-        if self.inner.runtime.owner_of(id).is_some() {
-            return self.inner.runtime.subscribe(&[id], view).boxed();
-        }
-        #[cfg(feature = "postgres")]
-        if let Some(node) = self.cluster() {
-            return node.watch(id, principal, view);
-        }
-        let _ = principal;
-        stream::empty().boxed()
     }
 }

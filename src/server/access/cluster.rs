@@ -1,0 +1,96 @@
+//! The trees other cluster instances hold ([`Elsewhere`] for a cluster
+//! instance's [`Node`]): read from the database, commanded through its
+//! inbox, listed from the database so that every instance gives the same
+//! pages (`docs/scale-out.md`).
+
+use std::sync::Arc;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use serde_json::Value;
+
+use super::{Elsewhere, Page};
+use crate::model::{ClientView, DetailedTask, ErrorCode, ErrorObject, TaskId};
+use crate::server::cluster::{Node, fenced_error};
+use crate::server::reply::{invalid, store_error};
+use crate::server::request::{InboxCommand, TaskCommand};
+
+impl Elsewhere for Arc<Node> {
+    fn get<'a>(
+        &'a self,
+        id: TaskId,
+        principal: &'a str,
+        view: ClientView,
+    ) -> BoxFuture<'a, Result<Option<DetailedTask>, ErrorObject>> {
+        Box::pin(async move {
+            Node::get(self, id, principal, view).await.map_err(|e| {
+                ErrorObject::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!("the task database is unavailable: {e}"),
+                )
+            })
+        })
+    }
+
+    fn command<'a>(
+        &'a self,
+        id: TaskId,
+        principal: &'a str,
+        command: &'a TaskCommand,
+        view: ClientView,
+    ) -> BoxFuture<'a, Result<Value, ErrorObject>> {
+        Box::pin(Node::command(
+            self,
+            id,
+            principal,
+            InboxCommand::of(command, view),
+        ))
+    }
+
+    fn watch(&self, id: TaskId, principal: &str, view: ClientView) -> BoxStream<'static, DetailedTask> {
+        Node::watch(self, id, principal, view)
+    }
+
+    fn list<'a>(
+        &'a self,
+        principal: &'a str,
+        cursor: Option<&'a str>,
+        limit: usize,
+        view: ClientView,
+    ) -> Option<BoxFuture<'a, Result<Page, ErrorObject>>> {
+        Some(Box::pin(async move {
+            let after = match cursor {
+                None => (0, 0),
+                Some(c) => decode_cursor(c).ok_or_else(|| invalid("invalid cursor for tasks/list"))?,
+            };
+            let (tasks, next) = Node::list(self, principal, after, limit, view)
+                .await
+                .map_err(store_error)?;
+            Ok((tasks, next.map(encode_cursor)))
+        }))
+    }
+
+    fn fenced(&self) -> Option<BoxFuture<'static, ()>> {
+        let node = self.clone();
+        Some(Box::pin(async move { Node::fenced(&node).await }))
+    }
+
+    fn fenced_error(&self) -> Option<ErrorObject> {
+        Node::is_fenced(self).then(fenced_error)
+    }
+}
+
+/// A cluster's `tasks/list` cursor: the stored sequence numbers of the
+/// last tree and task listed.
+fn encode_cursor((tree, task): (i64, i64)) -> String {
+    URL_SAFE_NO_PAD.encode(format!("subtask-dblist:{tree}:{task}"))
+}
+
+fn decode_cursor(raw: &str) -> Option<(i64, i64)> {
+    let bytes = URL_SAFE_NO_PAD.decode(raw).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (tree, task) = text.strip_prefix("subtask-dblist:")?.split_once(':')?;
+    Some((tree.parse().ok()?, task.parse().ok()?))
+}
