@@ -44,7 +44,7 @@
 mod lease;
 mod memory;
 #[cfg(feature = "postgres")]
-mod postgres;
+pub(crate) mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod queue;
 #[cfg(feature = "sqlite")]
@@ -62,8 +62,6 @@ use std::task::{Poll, Waker};
 
 pub use lease::LeaseGate;
 pub use memory::MemoryStore;
-#[cfg(all(feature = "postgres", feature = "server"))]
-pub(crate) use postgres::read_trees as postgres_trees;
 #[cfg(feature = "postgres")]
 pub use postgres::{
     Membership, PG_SCHEMA_VERSION, PostgresConfig, PostgresStore, Registration, instance_application_name,

@@ -1,12 +1,10 @@
 //! A group of batches folded into what the database must end up with,
 //! committed in one transaction, and the writer thread that does it.
 
-use std::collections::HashMap;
-
 use postgres::Client;
 
 use super::membership::{Registration, fenced};
-use super::session::{Session, commit_retrying};
+use super::session::{Conn, Session, commit_retrying};
 use super::{io, task_id, uuid};
 use crate::model::IdMap;
 use crate::store::queue::{Next, WriteQueue};
@@ -120,26 +118,6 @@ impl CommitError {
 /// is 8000 bytes).
 const NOTIFY_CHUNK: usize = 150;
 
-/// The writer's statements, prepared once per connection (each is then one
-/// round trip instead of two, and planned once).
-#[derive(Default)]
-pub(super) struct Statements(HashMap<&'static str, postgres::Statement>);
-
-impl Statements {
-    fn get(
-        &mut self,
-        tx: &mut postgres::Transaction<'_>,
-        sql: &'static str,
-    ) -> Result<postgres::Statement, postgres::Error> {
-        if let Some(s) = self.0.get(sql) {
-            return Ok(s.clone());
-        }
-        let s = tx.prepare(sql)?;
-        self.0.insert(sql, s.clone());
-        Ok(s)
-    }
-}
-
 /// `NOTIFY` payloads: ids joined by commas.
 fn payloads<T: ToString>(items: &[T]) -> Vec<String> {
     items
@@ -149,12 +127,14 @@ fn payloads<T: ToString>(items: &[T]) -> Vec<String> {
 }
 
 pub(super) fn commit(
-    client: &mut Client,
-    statements: &mut Statements,
+    conn: &mut Conn,
     group: &[(u64, WriteBatch)],
     fence: Option<&Registration>,
 ) -> Result<(), CommitError> {
     let f = fold(group);
+    // The writer's statements are prepared once per connection (each is
+    // then one round trip instead of two, and planned once).
+    let Conn { client, statements } = conn;
     let mut tx = client.transaction()?;
     // Instances following these trees for their subscribers re-read them
     // (notifications are delivered at commit, with the change).
@@ -300,14 +280,13 @@ pub(super) fn commit(
 }
 
 pub(super) fn writer_loop(
-    mut client: Client,
+    mut conn: Conn,
     session: &Session,
     shared: &WriteQueue<Client>,
     stats: &CommitStats,
     max: usize,
 ) {
     let mut group: Vec<(u64, WriteBatch)> = Vec::new();
-    let mut statements = Statements::default();
     let mut failed = false;
     loop {
         let read = match shared.next(&mut group, max) {
@@ -318,13 +297,12 @@ pub(super) fn writer_loop(
         if let Some(read) = read {
             // A connection that broke while idle is replaced before a read
             // (a failed attempt leaves the read to report the error).
-            if client.is_closed()
+            if conn.is_closed()
                 && let Ok(fresh) = session.connect()
             {
-                client = fresh;
-                statements = Statements::default();
+                conn = fresh;
             }
-            read(&mut client);
+            read(&mut conn.client);
             continue;
         }
         let (Some(first), Some(last)) = (group.first().map(|g| g.0), group.last().map(|g| g.0)) else {
@@ -336,7 +314,7 @@ pub(super) fn writer_loop(
             continue;
         }
         let t0 = std::time::Instant::now();
-        match commit_retrying(&mut client, &mut statements, session, shared, &group) {
+        match commit_retrying(&mut conn, session, shared, &group) {
             Ok(()) => {
                 stats.committed(t0.elapsed(), group.len());
                 shared.mark.advance(Ticket(last));

@@ -82,6 +82,20 @@ pub fn instance_application_name(id: uuid::Uuid) -> String {
     format!("subtask {id}")
 }
 
+/// Ends every session of instance `instance` but the caller's own (found
+/// by their `application_name`): a process stopped in the middle of a
+/// commit holds its row's share lock until it runs again, and ending its
+/// sessions rolls that transaction back (nothing of it was acknowledged).
+/// Needs the same role or `pg_signal_backend`.
+pub(crate) fn end_sessions(client: &mut Client, instance: uuid::Uuid) -> Result<(), postgres::Error> {
+    client.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE application_name = $1 AND pid <> pg_backend_pid()",
+        &[&instance_application_name(instance)],
+    )?;
+    Ok(())
+}
+
 /// Registers this process as instance `m.instance`: a new row, or the
 /// next epoch of an existing one (fencing an older process with the same
 /// id), with a lease from now. The lease gate's deadline is taken before
@@ -105,11 +119,7 @@ pub(super) fn register(
     // was acknowledged), so the registration does not wait for it.
     // Best effort: without the right to end them, the registration waits
     // for the older process instead.
-    if let Err(e) = client.execute(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-         WHERE application_name = $1 AND pid <> pg_backend_pid()",
-        &[&instance_application_name(m.instance)],
-    ) {
+    if let Err(e) = end_sessions(client, m.instance) {
         tracing::warn!(instance = %m.instance, error = %e, "{shown}: cannot end an older process's sessions");
     }
     let sent = std::time::Instant::now();

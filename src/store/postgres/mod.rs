@@ -36,14 +36,28 @@
 //! group's tickets and every later one, as the store contract says: the
 //! store keeps no state it cannot write.
 //!
-//! Files by concern: `schema.rs` (migrations), `session.rs` (connecting
-//! and retrying a commit), `membership.rs` (a cluster member's
-//! registration, lease and fencing), `commit.rs` (folding a group and the
-//! writer thread), `read.rs` (decoding stored rows).
+//! Files by concern: `schema.rs` (migrations), `session.rs` (connecting,
+//! a connection's prepared statements, a cluster member's pool, and
+//! retrying a commit), `membership.rs` (a cluster member's registration,
+//! lease and fencing), `commit.rs` (folding a group and the writer
+//! thread), `read.rs` (decoding stored rows). What a cluster member
+//! (`crate::server::Cluster`) asks of the database besides its store's
+//! commits is here too, so that the server spells no SQL: `remote.rs`
+//! (reading trees another instance holds), `inbox.rs` (commands passed on
+//! and their answers), `cluster.rs` (leases, takeover, live counts,
+//! cleanup) and `listen.rs` (the notifications between instances).
 
+#[cfg(feature = "server")]
+pub(crate) mod cluster;
 mod commit;
+#[cfg(feature = "server")]
+pub(crate) mod inbox;
+#[cfg(feature = "server")]
+pub(crate) mod listen;
 mod membership;
 mod read;
+#[cfg(feature = "server")]
+pub(crate) mod remote;
 mod schema;
 mod session;
 
@@ -62,7 +76,10 @@ use commit::writer_loop;
 use membership::{fenced, register};
 use read::{row_task, to_task};
 use schema::migrate;
+pub(crate) use session::Connector;
 use session::Session;
+#[cfg(feature = "server")]
+pub(crate) use session::{Conn, Pool};
 
 pub use membership::{Membership, Registration, instance_application_name};
 pub(crate) use read::read_trees;
@@ -115,6 +132,26 @@ impl PostgresConfig {
             lock_wait: Duration::from_secs(5),
             member: None,
         }
+    }
+
+    /// How every session opened with this configuration connects: the
+    /// store's writer, and a cluster member's own connections
+    /// (`crate::server::Cluster`). A cluster member's sessions carry its
+    /// id as their `application_name`, so that a survivor (or a restart
+    /// with the same id) can end the sessions of a stalled process that
+    /// hold its row's lock.
+    pub(crate) fn connector(&self) -> Result<Connector, StoreError> {
+        let shown = redacted(&self.url);
+        let mut pg: postgres::Config = self
+            .url
+            .parse()
+            .map_err(|e| io(format!("{shown}: not a PostgreSQL URL: {e}")))?;
+        pg.connect_timeout(self.connect_timeout);
+        match &self.member {
+            Some(m) => pg.application_name(&instance_application_name(m.instance)),
+            None => pg.application_name("subtask"),
+        };
+        Ok(Connector { pg, shown })
     }
 }
 
@@ -188,22 +225,10 @@ impl PostgresStore {
     /// writes the database ([`StoreError::Locked`]); the schema is newer than
     /// this build's ([`StoreError::NewerSchema`]).
     pub fn open(config: PostgresConfig) -> Result<PostgresStore, StoreError> {
-        let shown = redacted(&config.url);
-        let mut pg: postgres::Config = config
-            .url
-            .parse()
-            .map_err(|e| io(format!("{shown}: not a PostgreSQL URL: {e}")))?;
-        pg.connect_timeout(config.connect_timeout);
-        // A cluster member's sessions carry its id, so that a survivor
-        // (or a restart with the same id) can end the sessions of a
-        // stalled process that hold its row's lock.
-        match &config.member {
-            Some(m) => pg.application_name(&instance_application_name(m.instance)),
-            None => pg.application_name("subtask"),
-        };
+        let connector = config.connector()?;
+        let shown = connector.shown.clone();
         let mut session = Session {
-            pg,
-            shown: shown.clone(),
+            connector,
             durability: config.durability,
             reconnect_for: config.reconnect_for,
             writer_lock: config.member.is_none(),
@@ -235,20 +260,20 @@ impl PostgresStore {
                             other => break other,
                         }
                     };
-                    let mut client = match opened {
-                        Ok(client) => client,
+                    let mut conn = match opened {
+                        Ok(conn) => conn,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
                             return;
                         }
                     };
-                    if let Err(e) = migrate(&mut client, &shown) {
+                    if let Err(e) = migrate(&mut conn, &shown) {
                         let _ = ready_tx.send(Err(e));
                         return;
                     }
                     let writes = Arc::downgrade(&shared);
                     let registration = match member
-                        .map(|m| register(&mut client, &m, &shown, writes))
+                        .map(|m| register(&mut conn, &m, &shown, writes))
                         .transpose()
                     {
                         Ok(r) => r,
@@ -259,7 +284,7 @@ impl PostgresStore {
                     };
                     session.fence = registration.clone();
                     let _ = ready_tx.send(Ok(registration));
-                    writer_loop(client, &session, &shared, &stats, max);
+                    writer_loop(conn, &session, &shared, &stats, max);
                 })
                 .map_err(io)?
         };

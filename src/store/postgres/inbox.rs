@@ -1,0 +1,139 @@
+//! The command inbox (`subtask_inbox`): a command on a tree another
+//! instance holds is inserted with its principal and waits for the holder;
+//! the holder reads the unanswered commands of its trees in order and
+//! writes each answer in the transaction of the command's effects (a
+//! [`WriteOp::Receipt`](crate::store::WriteOp::Receipt), committed by the
+//! writer); the requester takes the answer and deletes the row.
+//!
+//! A command and its answer are stored as JSON text, opaque here (the
+//! server's `InboxCommand` and `InboxAnswer`).
+
+use postgres::Client;
+
+use super::session::Conn;
+use super::{task_id, uuid};
+use crate::model::TaskId;
+
+/// A command stored in the inbox.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Posted {
+    /// Its place in the inbox (the order commands are applied in).
+    pub(crate) seq: i64,
+    /// The root of the task's tree.
+    pub(crate) root: TaskId,
+}
+
+/// Stores `command` (JSON) on task `id` for its tree's holder, sent by
+/// `principal` from instance `from`, and notifies `subtask_inbox` with the
+/// holder's id, in one transaction. `None`, with nothing stored, when no
+/// such task is stored or its tree is not `principal`'s (a foreign id is
+/// answered as an unknown one).
+pub(crate) fn insert_command(
+    conn: &mut Conn,
+    id: TaskId,
+    principal: &str,
+    command: &str,
+    from: uuid::Uuid,
+) -> Result<Option<Posted>, postgres::Error> {
+    let lookup = conn.statement(
+        "SELECT t.root, r.owner, r.holder FROM subtask_tasks t JOIN subtask_tasks r ON r.id = t.root
+         WHERE t.id = $1",
+    )?;
+    let insert = conn.statement(
+        "INSERT INTO subtask_inbox (root, task, principal, command, from_instance)
+         VALUES ($1, $2, $3, $4::text::jsonb, $5) RETURNING seq",
+    )?;
+    let notify = conn.statement("SELECT pg_notify('subtask_inbox', $1)")?;
+    let mut tx = conn.transaction()?;
+    let Some(row) = tx.query_opt(&lookup, &[&uuid(id)])? else {
+        return Ok(None);
+    };
+    let root: uuid::Uuid = row.get(0);
+    let owner: Option<String> = row.get(1);
+    let holder: Option<uuid::Uuid> = row.get(2);
+    if owner.as_deref() != Some(principal) {
+        return Ok(None);
+    }
+    let seq: i64 = tx
+        .query_one(&insert, &[&root, &uuid(id), &principal, &command, &from])?
+        .get(0);
+    let holder = holder.map(|h| h.to_string()).unwrap_or_default();
+    tx.execute(&notify, &[&holder])?;
+    tx.commit()?;
+    Ok(Some(Posted {
+        seq,
+        root: task_id(root),
+    }))
+}
+
+/// What [`take_answer`] found for a command.
+#[derive(Debug)]
+pub(crate) enum Taken {
+    /// The holder's answer (JSON); the row is deleted.
+    Answer(String),
+    /// Not answered yet.
+    Pending,
+    /// The command's tree was deleted meanwhile: nobody will answer; the
+    /// row is deleted.
+    Gone,
+}
+
+/// Takes the answer to command `seq` on a task of tree `root` (deleting
+/// the answered row), or deletes the command when its tree is gone.
+pub(crate) fn take_answer(conn: &mut Conn, seq: i64, root: TaskId) -> Result<Taken, postgres::Error> {
+    let st = conn.statement(
+        "DELETE FROM subtask_inbox WHERE seq = $1 AND answer IS NOT NULL RETURNING answer::text",
+    )?;
+    if let Some(row) = conn.query_opt(&st, &[&seq])? {
+        return Ok(Taken::Answer(row.get(0)));
+    }
+    let gone = conn
+        .query_opt("SELECT 1 FROM subtask_tasks WHERE id = $1", &[&uuid(root)])?
+        .is_none();
+    if gone {
+        conn.execute(
+            "DELETE FROM subtask_inbox WHERE seq = $1 AND answer IS NULL",
+            &[&seq],
+        )?;
+        return Ok(Taken::Gone);
+    }
+    Ok(Taken::Pending)
+}
+
+/// An unanswered command for a tree this instance holds.
+#[derive(Debug)]
+pub(crate) struct Unanswered {
+    /// Its place in the inbox (its receipt names it).
+    pub(crate) seq: i64,
+    /// The task it is for.
+    pub(crate) task: TaskId,
+    /// The principal that sent it.
+    pub(crate) principal: String,
+    /// The command (JSON).
+    pub(crate) command: String,
+}
+
+/// At most `limit` unanswered commands for the trees `holder` holds, in
+/// inbox order.
+pub(crate) fn unanswered(
+    client: &mut Client,
+    holder: uuid::Uuid,
+    limit: usize,
+) -> Result<Vec<Unanswered>, postgres::Error> {
+    Ok(client
+        .query(
+            "SELECT i.seq, i.task, i.principal, i.command::text
+             FROM subtask_inbox i JOIN subtask_tasks r ON r.id = i.root
+             WHERE i.answer IS NULL AND r.holder = $1
+             ORDER BY i.seq LIMIT $2",
+            &[&holder, &(limit as i64)],
+        )?
+        .iter()
+        .map(|r| Unanswered {
+            seq: r.get(0),
+            task: task_id(r.get(1)),
+            principal: r.get(2),
+            command: r.get(3),
+        })
+        .collect())
+}

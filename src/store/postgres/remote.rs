@@ -1,0 +1,106 @@
+//! Reading tasks of trees another cluster instance holds: the stored row
+//! of a task with its tree's owner and its children's ids, a principal's
+//! tasks a page at a time, and a task's root. The holder shows nothing
+//! before it is stored, so the rows hold at least what it showed.
+
+use postgres::Client;
+
+use super::session::Conn;
+use super::{task_id, uuid};
+use crate::model::TaskId;
+
+/// A task's stored row as a non-holder shows it: its place in its tree,
+/// its state (the runtime's encoding, opaque here), its tree's owner and
+/// its children's ids in position order.
+#[derive(Debug)]
+pub(crate) struct RemoteTask {
+    /// The task.
+    pub(crate) id: TaskId,
+    /// Its tree's root.
+    pub(crate) root: TaskId,
+    /// Its parent (`None` for a root).
+    pub(crate) parent: Option<TaskId>,
+    /// Its position among its siblings (`0` if the stored one is negative,
+    /// which no writer stores).
+    pub(crate) position: u32,
+    /// The stored state.
+    pub(crate) state: String,
+    /// The principal owning its tree (`None`: an unowned tree, visible to
+    /// nobody through another instance).
+    pub(crate) owner: Option<String>,
+    /// Its children, in position order.
+    pub(crate) children: Vec<TaskId>,
+}
+
+impl RemoteTask {
+    /// Task `id` from a row holding, from column `at` on, its root, parent,
+    /// position, state, its tree's owner and its children's ids (the
+    /// queries of [`read_task`] and [`list_tasks`]).
+    fn of_row(row: &postgres::Row, id: TaskId, at: usize) -> RemoteTask {
+        let parent: Option<uuid::Uuid> = row.get(at + 1);
+        let position: i32 = row.get(at + 2);
+        let children: Vec<uuid::Uuid> = row.get(at + 5);
+        RemoteTask {
+            id,
+            root: task_id(row.get(at)),
+            parent: parent.map(task_id),
+            position: u32::try_from(position).unwrap_or(0),
+            state: row.get(at + 3),
+            owner: row.get(at + 4),
+            children: children.into_iter().map(task_id).collect(),
+        }
+    }
+}
+
+/// Task `id` as stored (two index lookups: the task's row with its root's,
+/// and its children's ids), or `None` when no such task is stored.
+pub(crate) fn read_task(conn: &mut Conn, id: TaskId) -> Result<Option<RemoteTask>, postgres::Error> {
+    // Prepared: the non-owner read is the hot path of a cluster's reads.
+    let st = conn.statement(
+        "SELECT t.root, t.parent, t.position, t.state, r.owner,
+                ARRAY(SELECT k.id FROM subtask_tasks k WHERE k.parent = t.id ORDER BY k.position)
+         FROM subtask_tasks t JOIN subtask_tasks r ON r.id = t.root
+         WHERE t.id = $1",
+    )?;
+    let row = conn.query_opt(&st, &[&uuid(id)])?;
+    Ok(row.map(|row| RemoteTask::of_row(&row, id, 0)))
+}
+
+/// Where a listed task is in the listing order: the stored sequence
+/// numbers of its tree's root and of the task.
+pub(crate) type ListPosition = (i64, i64);
+
+/// A page of at most `limit` tasks of `principal`'s trees: trees in
+/// creation order, each tree's tasks in creation order, after the position
+/// `after`; each with its position (where a next page starts).
+pub(crate) fn list_tasks(
+    client: &mut Client,
+    principal: &str,
+    after: ListPosition,
+    limit: usize,
+) -> Result<Vec<(ListPosition, RemoteTask)>, postgres::Error> {
+    let rows = client.query(
+        "SELECT r.seq, t.seq, t.id, t.root, t.parent, t.position, t.state, r.owner,
+                ARRAY(SELECT k.id FROM subtask_tasks k WHERE k.parent = t.id ORDER BY k.position)
+         FROM subtask_tasks r JOIN subtask_tasks t ON t.root = r.id
+         WHERE r.parent IS NULL AND r.owner = $1 AND (r.seq, t.seq) > ($2, $3)
+         ORDER BY r.seq, t.seq LIMIT $4",
+        &[&principal, &after.0, &after.1, &(limit as i64)],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            (
+                (row.get(0), row.get(1)),
+                RemoteTask::of_row(row, task_id(row.get(2)), 3),
+            )
+        })
+        .collect())
+}
+
+/// The root of task `id`'s tree, `None` when no such task is stored.
+pub(crate) fn root_of(client: &mut Client, id: TaskId) -> Result<Option<TaskId>, postgres::Error> {
+    client
+        .query_opt("SELECT root FROM subtask_tasks WHERE id = $1", &[&uuid(id)])
+        .map(|r| r.map(|r| task_id(r.get(0))))
+}
