@@ -9,8 +9,8 @@
 //! The method itself is parsed once, by `dispatch.rs`, into a
 //! [`Method`](crate::model::Method) (its wire names live in `src/model/`).
 //! This module imports no handler module: the handlers (`dispatch.rs`,
-//! `tasks.rs`, `tool_calls.rs`, `legacy.rs`, `subscriptions.rs`,
-//! `cluster.rs`, `agent.rs`, `ui.rs`) import it instead of each other.
+//! `access/`, `tasks.rs`, `tool_calls.rs`, `legacy.rs`, `subscriptions.rs`,
+//! `cluster/`, `agent/`, `ui.rs`) import it instead of each other.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
