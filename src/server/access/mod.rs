@@ -258,12 +258,11 @@ impl TaskAccess<'_> {
         principal: &str,
         view: ClientView,
     ) -> Result<Option<DetailedTask>, ErrorObject> {
-        if self.held_here(id, principal)
-            && let Some(snap) = self.runtime().get(id, view)
-        {
-            return Ok(Some(snap));
+        // The owner check and the snapshot under one lookup of the tree.
+        match self.runtime().get_owned(id, principal, view) {
+            Some((snap, _)) => Ok(Some(snap)),
+            None => self.elsewhere.get(id, principal, view).await,
         }
-        self.elsewhere.get(id, principal, view).await
     }
 
     /// Whether `principal` may see task `raw` (`None` for malformed,
