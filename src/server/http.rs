@@ -1,51 +1,178 @@
 //! Streamable HTTP (2026-07-28) with axum: `POST /mcp`, JSON responses, SSE
 //! for `subscriptions/listen`, Origin/Host validation against DNS
 //! rebinding, bearer tokens, a body size limit and graceful shutdown.
+//!
+//! `/mcp` is a tower stack: the Host/Origin guard and the POST-only check
+//! (tower-http request validators answering with the endpoint's JSON-RPC
+//! errors), then the handler, whose [`Caller`] extractor authenticates the
+//! bearer token; every answer is counted by method and status for
+//! `/metrics`. Every request, on every route, runs inside a tower-http
+//! `TraceLayer` span (`http`, at `DEBUG`) on which `/mcp` records the
+//! JSON-RPC method and, for a `tasks/*` request, the task.
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::time::Duration;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::handler::Handler;
+use axum::http::{HeaderName, Method, StatusCode, header};
 use axum::response::Response;
-use futures::{StreamExt, stream};
+use axum::response::sse::Event;
+use futures::StreamExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tower::{Service, ServiceBuilder};
+use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
+use tower_http::trace::{
+    DefaultOnBodyChunk, DefaultOnEos, DefaultOnFailure, DefaultOnRequest, DefaultOnResponse, TraceLayer,
+};
+use tower_http::validate_request::{ValidateRequest, ValidateRequestHeaderLayer};
+use tracing::field::Empty;
 
-use super::http_stats::RpcMethod;
+use super::Server;
+pub(crate) use super::http_base::error_response;
+use super::http_base::{AppState, Caller, HostGuard, header_str, json_response, method_not_allowed, sse};
+use super::http_stats::{HttpStats, RpcMethod};
 use super::reply::Reply;
 use super::request::{Incoming, RequestHeaders};
-use super::{Principal, Server};
-use crate::model::{ErrorCode, ErrorObject, JsonRpcError};
-
-/// What every route of the router shares.
-#[derive(Clone)]
-pub(crate) struct AppState {
-    pub(crate) server: Server,
-    pub(crate) shutdown: watch::Receiver<bool>,
-}
+use crate::model::ErrorCode;
 
 /// The axum router serving the MCP endpoint at `/mcp`.
 ///
 /// Streams end when `shutdown` turns `true`.
 pub fn router(server: Server, shutdown: watch::Receiver<bool>) -> Router {
-    let app = Router::new().route("/mcp", axum::routing::any(endpoint));
+    let state = AppState {
+        server: server.clone(),
+        shutdown,
+    };
+    let guard = HostGuard::new(&server);
+    // The other routes (and the 404 of a path no route takes) in the same
+    // span, layered apart: a layer on the whole router would box `/mcp`
+    // once more per request.
+    let others = Router::new();
     #[cfg(feature = "ui")]
-    let app = if server.config().ui {
-        app.merge(super::ui::router())
+    let others = if server.config().ui {
+        others.merge(super::ui::router(&guard))
     } else {
-        app
+        others
     };
     #[cfg(feature = "metrics")]
-    let app = if server.config().metrics {
-        app.merge(super::metrics::router())
+    let others = if server.config().metrics {
+        others.merge(super::metrics::router(&guard))
     } else {
-        app
+        others
     };
-    app.with_state(AppState { server, shutdown })
+    let others = others
+        .fallback(|| async { StatusCode::NOT_FOUND })
+        .layer(trace_layer());
+    let mcp = ServiceBuilder::new()
+        .layer(trace_layer())
+        .service(mcp_service(state.clone(), &guard));
+    Router::new()
+        .route_service("/mcp", mcp)
+        .merge(others)
+        .with_state(state)
+}
+
+/// The router's `TraceLayer`, as [`trace_layer`] makes it.
+type RequestTrace = TraceLayer<
+    SharedClassifier<ServerErrorsAsFailures>,
+    fn(&Request) -> tracing::Span,
+    DefaultOnRequest,
+    DefaultOnResponse,
+    DefaultOnBodyChunk,
+    DefaultOnEos,
+    DefaultOnFailure,
+>;
+
+/// tower-http's `TraceLayer`: every request in a [`request_span`], with
+/// its `DEBUG` events at the start and end (status and latency). A 5xx is
+/// an answer like any other (the store's 503, a fenced instance's): logged
+/// at `DEBUG` with the request, not as an error.
+fn trace_layer() -> RequestTrace {
+    TraceLayer::new_for_http()
+        .make_span_with(request_span as fn(&Request) -> tracing::Span)
+        .on_failure(DefaultOnFailure::new().level(tracing::Level::DEBUG))
+}
+
+/// The span of one HTTP request, at `DEBUG` (so `subtask serve`'s default
+/// `info` filter never creates it, and a task's OTLP trace, which takes the
+/// `subtask` targets at `INFO`, never includes it). `/mcp` records the
+/// JSON-RPC method (`mcp.method.name`, from the fixed list of the
+/// `/metrics` label) and a `tasks/*` request's task (`mcp.task_id`).
+fn request_span(req: &Request) -> tracing::Span {
+    tracing::debug_span!(
+        "http",
+        http.request.method = %req.method(),
+        url.path = req.uri().path(),
+        mcp.method.name = Empty,
+        mcp.task_id = Empty,
+    )
+}
+
+/// `/mcp` as a service: the Host/Origin guard and the POST-only check
+/// (their refusals counted for `/metrics` as no message read), then
+/// [`endpoint`].
+fn mcp_service(
+    state: AppState,
+    guard: &HostGuard,
+) -> impl Service<Request, Response = Response, Error = Infallible, Future: Send + 'static>
++ Clone
++ Send
++ Sync
++ 'static {
+    let stats = &state.server.inner.http_stats;
+    ServiceBuilder::new()
+        .layer(ValidateRequestHeaderLayer::custom(Counted::new(
+            stats,
+            guard.clone(),
+        )))
+        .layer(ValidateRequestHeaderLayer::custom(Counted::new(
+            stats,
+            post_only as fn(&mut Request) -> Result<(), Response>,
+        )))
+        .service(endpoint.with_state(state))
+}
+
+/// The 405 of a request to `/mcp` that is not a POST.
+#[allow(clippy::result_large_err)]
+fn post_only(req: &mut Request) -> Result<(), Response> {
+    if req.method() == Method::POST {
+        Ok(())
+    } else {
+        Err(method_not_allowed("the MCP endpoint accepts POST only", "POST"))
+    }
+}
+
+/// A request validator of `/mcp` whose refusals are counted for
+/// `/metrics` (method `none`: no JSON-RPC message was read).
+#[derive(Clone)]
+struct Counted<V> {
+    stats: Arc<HttpStats>,
+    inner: V,
+}
+
+impl<V> Counted<V> {
+    /// `inner`, counted in `stats`.
+    fn new(stats: &Arc<HttpStats>, inner: V) -> Self {
+        Counted {
+            stats: stats.clone(),
+            inner,
+        }
+    }
+}
+
+impl<B, V: ValidateRequest<B, ResponseBody = Body>> ValidateRequest<B> for Counted<V> {
+    type ResponseBody = Body;
+
+    fn validate(&mut self, request: &mut Request<B>) -> Result<(), Response> {
+        self.inner
+            .validate(request)
+            .inspect_err(|refusal| self.stats.answered(RpcMethod::NONE, refusal.status().as_u16()))
+    }
 }
 
 /// Serves `server` on `listener` until `shutdown` resolves, then stops
@@ -97,68 +224,6 @@ pub async fn shutdown_signal() {
     tracing::info!("shutdown signal received; finishing in-flight requests");
 }
 
-fn json_response(status: u16, body: String) -> Response {
-    let mut resp = Response::new(Body::from(body));
-    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    resp
-}
-
-/// 405 with the methods a route takes in `Allow`.
-pub(crate) fn method_not_allowed(message: &str, allow: &'static str) -> Response {
-    let mut resp = error_response(
-        StatusCode::METHOD_NOT_ALLOWED,
-        ErrorCode::INVALID_REQUEST,
-        message,
-    );
-    resp.headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static(allow));
-    resp
-}
-
-pub(crate) fn error_response(status: StatusCode, code: ErrorCode, message: &str) -> Response {
-    let body = serde_json::to_string(&JsonRpcError::new(None, ErrorObject::new(code, message)))
-        .expect("error responses serialize");
-    json_response(status.as_u16(), body)
-}
-
-/// Whether `host` (a `Host` header value or an Origin's host, with or
-/// without a port) names this machine or an allowed host.
-fn host_allowed(host: &str, allowed: &[String]) -> bool {
-    let host = host.trim();
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        rest.split(']').next().unwrap_or("")
-    } else {
-        host.rsplit_once(':').map_or(host, |(h, port)| {
-            if port.chars().all(|c| c.is_ascii_digit()) {
-                h
-            } else {
-                host
-            }
-        })
-    };
-    let name = name.to_ascii_lowercase();
-    matches!(name.as_str(), "localhost" | "127.0.0.1" | "::1")
-        || allowed.iter().any(|a| a.eq_ignore_ascii_case(&name))
-}
-
-fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
-    if origin == "null" {
-        return false;
-    }
-    let Some((_, rest)) = origin.split_once("://") else {
-        return false;
-    };
-    host_allowed(rest.split('/').next().unwrap_or(""), allowed)
-}
-
-/// A header's value as text, borrowed (`None` when absent or not visible
-/// ASCII). Names are the constants below, so no lookup parses a name.
-fn header_str<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
-}
-
 static MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 static MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
 static MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
@@ -167,89 +232,62 @@ static MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 /// adapter's front uses it for the requests it routes here).
 #[cfg(feature = "rmcp")]
 pub(crate) async fn answer(server: Server, shutdown: watch::Receiver<bool>, req: Request) -> Response {
-    endpoint(State(AppState { server, shutdown }), req).await
-}
-
-/// The guard against DNS rebinding, for every route of the server: the
-/// Host and any Origin must name this machine or an allowed host.
-// The refusal is the response itself, built only when refusing.
-#[allow(clippy::result_large_err)]
-pub(crate) fn check_host_and_origin(
-    headers: &HeaderMap,
-    config: &super::ServerConfig,
-) -> Result<(), Response> {
-    if let Some(host) = header_str(headers, &header::HOST)
-        && !host_allowed(host, &config.allowed_hosts)
-    {
-        return Err(error_response(
-            StatusCode::FORBIDDEN,
-            ErrorCode::INVALID_REQUEST,
-            "forbidden: Host is not allowed",
-        ));
-    }
-    if let Some(origin) = header_str(headers, &header::ORIGIN)
-        && !origin_allowed(origin, &config.allowed_hosts)
-    {
-        return Err(error_response(
-            StatusCode::FORBIDDEN,
-            ErrorCode::INVALID_REQUEST,
-            "forbidden: Origin is not allowed",
-        ));
-    }
-    Ok(())
-}
-
-/// The caller's principal: anonymous without tokens, else the one its
-/// bearer token names (401 with `WWW-Authenticate: Bearer` otherwise).
-#[allow(clippy::result_large_err)]
-pub(crate) fn authenticate(headers: &HeaderMap, config: &super::ServerConfig) -> Result<Principal, Response> {
-    match &config.tokens {
-        None => Ok(Principal::anonymous()),
-        Some(tokens) => {
-            let bearer = header_str(headers, &header::AUTHORIZATION)
-                .and_then(|v| v.strip_prefix("Bearer ").map(str::trim));
-            match bearer.and_then(|t| tokens.authenticate(t)) {
-                Some(p) => Ok(p.clone()),
-                None => {
-                    let mut resp = error_response(
-                        StatusCode::UNAUTHORIZED,
-                        ErrorCode::INVALID_REQUEST,
-                        "unauthorized: missing or unknown bearer token",
-                    );
-                    resp.headers_mut()
-                        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                    Err(resp)
-                }
-            }
-        }
+    let guard = HostGuard::new(&server);
+    let service = mcp_service(AppState { server, shutdown }, &guard);
+    match tower::ServiceExt::oneshot(service, req).await {
+        Ok(resp) => resp,
+        Err(never) => match never {},
     }
 }
 
-/// `/mcp`: answers the request and counts it by method and status.
-async fn endpoint(State(state): State<AppState>, req: Request) -> Response {
+/// `/mcp` once the guards let a POST through: answers it as the caller (a
+/// caller without a valid token gets the [`Caller`] refusal), and counts
+/// the answer by method and status for `/metrics`.
+async fn endpoint(State(state): State<AppState>, caller: Result<Caller, Response>, req: Request) -> Response {
     let mut method = RpcMethod::NONE;
-    let server = state.server.clone();
-    let resp = endpoint_named(state, req, &mut method).await;
-    server.inner.http_stats.answered(method, resp.status().as_u16());
+    let resp = match caller {
+        Ok(Caller(principal)) => answer_post(&state, principal, req, &mut method).await,
+        Err(refusal) => refusal,
+    };
+    state
+        .server
+        .inner
+        .http_stats
+        .answered(method, resp.status().as_u16());
     resp
 }
 
-/// Answers a request to `/mcp`; sets `named` once a JSON-RPC message was read.
-async fn endpoint_named(state: AppState, req: Request, named: &mut RpcMethod) -> Response {
+/// Records on the request's span what the 2026 wire's headers say before
+/// the body is read: the method (`Mcp-Method`, when it is one the server
+/// knows, by its name in the fixed list) and a `tasks/*` request's task
+/// (`Mcp-Name`). The pipeline refuses a request whose headers differ from
+/// its body. `false` when no method was recorded (then the parsed one is,
+/// once the body is read).
+fn record_headers(span: &tracing::Span, headers: &RequestHeaders) -> bool {
+    let Some(method) = headers
+        .method
+        .as_deref()
+        .and_then(crate::model::Method::from_name)
+    else {
+        return false;
+    };
+    span.record("mcp.method.name", method.as_str());
+    if let (crate::model::Method::Task(_), Some(task)) = (method, &headers.name) {
+        span.record("mcp.task_id", task.trim());
+    }
+    true
+}
+
+/// Answers a POST to `/mcp`; sets `named` once a JSON-RPC message was read.
+async fn answer_post(
+    state: &AppState,
+    principal: super::Principal,
+    req: Request,
+    named: &mut RpcMethod,
+) -> Response {
     let server = &state.server;
     let config = server.config();
-    // DNS rebinding: the Host and any Origin must name this machine.
     let headers = req.headers();
-    if let Err(resp) = check_host_and_origin(headers, config) {
-        return resp;
-    }
-    if req.method() != Method::POST {
-        return method_not_allowed("the MCP endpoint accepts POST only", "POST");
-    }
-    let principal = match authenticate(headers, config) {
-        Ok(p) => p,
-        Err(resp) => return resp,
-    };
     if let Some(ct) = header_str(headers, &header::CONTENT_TYPE)
         && !ct
             .get(.."application/json".len())
@@ -266,6 +304,10 @@ async fn endpoint_named(state: AppState, req: Request, named: &mut RpcMethod) ->
         method: header_str(headers, &MCP_METHOD).map(str::to_owned),
         name: header_str(headers, &MCP_NAME).map(str::to_owned),
     };
+    let span = tracing::Span::current();
+    let named_by_header = !span.is_disabled() && record_headers(&span, &meta_headers);
+    // The body limit is applied here, after the method, token and media
+    // type checks, with the endpoint's JSON-RPC error (see docs/protocol.md).
     let limit = config.limits.max_body_bytes;
     let body: Bytes = match axum::body::to_bytes(req.into_body(), limit).await {
         Ok(b) => b,
@@ -286,6 +328,9 @@ async fn endpoint_named(state: AppState, req: Request, named: &mut RpcMethod) ->
         })
         .await;
     *named = method;
+    if !named_by_header && method != RpcMethod::NONE && !span.is_disabled() {
+        span.record("mcp.method.name", method.name());
+    }
     match reply {
         Reply::Message { status, body } => json_response(status, body),
         Reply::Accepted => {
@@ -294,84 +339,12 @@ async fn endpoint_named(state: AppState, req: Request, named: &mut RpcMethod) ->
             resp
         }
         Reply::Stream(messages) => {
-            let messages = server.inner.http_stats.track_stream(messages);
-            sse(messages, config.keep_alive, state.shutdown.clone())
+            let events = server
+                .inner
+                .http_stats
+                .track_stream(messages)
+                .map(|m| Event::default().event("message").data(m));
+            sse(events, config.keep_alive, state.shutdown.clone())
         }
-    }
-}
-
-/// An SSE response: one `message` event per message, keep-alive comments
-/// in quiet periods, ended when the messages end or the server shuts down.
-pub(crate) fn sse(
-    messages: futures::stream::BoxStream<'static, String>,
-    keep_alive: Duration,
-    shutdown: watch::Receiver<bool>,
-) -> Response {
-    let frames = messages.map(|m| format!("event: message\ndata: {m}\n\n"));
-    sse_frames(frames.boxed(), keep_alive, shutdown)
-}
-
-/// An SSE response of ready-made `frames` (each one or more whole events),
-/// with keep-alive comments in quiet periods, ended when the frames end or
-/// the server shuts down.
-pub(crate) fn sse_frames(
-    frames: futures::stream::BoxStream<'static, String>,
-    keep_alive: Duration,
-    shutdown: watch::Receiver<bool>,
-) -> Response {
-    let body = stream::unfold((frames, shutdown), move |(mut frames, mut shutdown)| async move {
-        let stopping = async {
-            while !*shutdown.borrow_and_update() {
-                if shutdown.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            }
-        };
-        let chunk = tokio::select! {
-            f = frames.next() => f?,
-            () = tokio::time::sleep(keep_alive) => ":\n\n".to_owned(),
-            () = stopping => return None,
-        };
-        Some((Ok::<Bytes, Infallible>(Bytes::from(chunk)), (frames, shutdown)))
-    });
-    let mut resp = Response::new(Body::from_stream(body));
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    resp
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn loopback_hosts_and_origins_are_allowed_others_are_not() {
-        let none: Vec<String> = Vec::new();
-        for ok in [
-            "localhost",
-            "localhost:8750",
-            "127.0.0.1:1",
-            "[::1]:80",
-            "LOCALHOST",
-        ] {
-            assert!(host_allowed(ok, &none), "{ok}");
-        }
-        for bad in [
-            "evil.example.com",
-            "evil.example.com:80",
-            "127.0.0.1.evil.com",
-            "10.0.0.1",
-        ] {
-            assert!(!host_allowed(bad, &none), "{bad}");
-        }
-        assert!(origin_allowed("http://127.0.0.1:8750", &none));
-        assert!(!origin_allowed("http://evil.example.com", &none));
-        assert!(!origin_allowed("null", &none));
-        assert!(host_allowed("mcp.internal:443", &["mcp.internal".to_owned()]));
     }
 }

@@ -65,7 +65,6 @@ impl RpcMethod {
     }
 
     /// The label value.
-    #[cfg(test)]
     pub(crate) fn name(self) -> &'static str {
         METHOD_NAMES[usize::from(self.0)]
     }
@@ -134,12 +133,16 @@ impl HttpStats {
         self.open_streams.load(Ordering::Relaxed)
     }
 
-    /// `messages`, counted as an open stream until it is dropped (the
-    /// stream ended, the client went away, or the server shut down).
-    pub(crate) fn track_stream(&self, messages: BoxStream<'static, String>) -> BoxStream<'static, String> {
+    /// `items` (an SSE response's messages or events), counted as an open
+    /// stream until it is dropped (the stream ended, the client went away,
+    /// or the server shut down).
+    pub(crate) fn track_stream<T: Send + 'static>(
+        &self,
+        items: BoxStream<'static, T>,
+    ) -> BoxStream<'static, T> {
         self.open_streams.fetch_add(1, Ordering::Relaxed);
         Tracked {
-            inner: messages,
+            inner: items,
             _open: OpenStream(self.open_streams.clone()),
         }
         .boxed()
@@ -156,18 +159,18 @@ impl Drop for OpenStream {
 }
 
 /// A stream counted while it lives.
-struct Tracked {
-    inner: BoxStream<'static, String>,
+struct Tracked<T> {
+    inner: BoxStream<'static, T>,
     _open: OpenStream,
 }
 
-impl Stream for Tracked {
-    type Item = String;
+impl<T> Stream for Tracked<T> {
+    type Item = T;
 
     fn poll_next(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<String>> {
+    ) -> std::task::Poll<Option<T>> {
         self.inner.poll_next_unpin(cx)
     }
 
@@ -203,8 +206,8 @@ mod tests {
     #[test]
     fn a_tracked_stream_counts_until_dropped() {
         let s = HttpStats::default();
-        let a = s.track_stream(futures::stream::empty().boxed());
-        let b = s.track_stream(futures::stream::empty().boxed());
+        let a = s.track_stream(futures::stream::empty::<String>().boxed());
+        let b = s.track_stream(futures::stream::empty::<String>().boxed());
         assert_eq!(s.open_streams(), 2);
         drop(a);
         assert_eq!(s.open_streams(), 1);

@@ -13,36 +13,50 @@
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
+use axum::routing::any;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use tower::ServiceBuilder;
+use tower_http::validate_request::ValidateRequestHeaderLayer;
 
 use super::Server;
-use super::http::{AppState, authenticate, check_host_and_origin, error_response, method_not_allowed};
+use super::http_base::{AppState, Caller, HostGuard, error_response, method_not_allowed};
 use crate::model::ErrorCode;
 use crate::runtime::stats::{HistogramSnapshot, LIVE_STATUSES, TERMINAL_STATUSES};
 
-/// The `/metrics` route.
-pub(crate) fn router() -> Router<AppState> {
-    Router::new().route("/metrics", axum::routing::any(scrape))
+/// The `/metrics` route: `guard` (Host/Origin) first, then GET or HEAD
+/// only (405), then a bearer token of any principal ([`Caller`]). The
+/// checks are request validators around an `any` route, so no refusal
+/// gets an `Allow` header of axum's.
+pub(crate) fn router(guard: &HostGuard) -> Router<AppState> {
+    Router::new().route(
+        "/metrics",
+        any(scrape).layer(
+            ServiceBuilder::new()
+                .layer(ValidateRequestHeaderLayer::custom(guard.clone()))
+                .layer(ValidateRequestHeaderLayer::custom(get_only)),
+        ),
+    )
 }
 
-async fn scrape(State(state): State<AppState>, req: Request) -> Response {
+/// The 405 of a request to `/metrics` that is not a GET or HEAD.
+#[allow(clippy::result_large_err)]
+fn get_only(req: &mut Request) -> Result<(), Response> {
+    if req.method() == Method::GET || req.method() == Method::HEAD {
+        Ok(())
+    } else {
+        Err(method_not_allowed("/metrics accepts GET only", "GET, HEAD"))
+    }
+}
+
+/// `GET /metrics` of a caller with a valid token (any principal).
+async fn scrape(State(state): State<AppState>, _: Caller) -> Response {
     // A cluster instance that rejoined: its current incarnation's runtime.
     let server = &state.server.current();
-    let config = server.config();
-    if let Err(resp) = check_host_and_origin(req.headers(), config) {
-        return resp;
-    }
-    if req.method() != axum::http::Method::GET && req.method() != axum::http::Method::HEAD {
-        return method_not_allowed("/metrics accepts GET only", "GET, HEAD");
-    }
-    if let Err(resp) = authenticate(req.headers(), config) {
-        return resp;
-    }
     let text = match render(server) {
         Ok(text) => text,
         Err(e) => {

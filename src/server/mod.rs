@@ -12,6 +12,7 @@ mod cluster;
 mod config;
 mod dispatch;
 pub mod http;
+mod http_base;
 mod http_stats;
 mod input;
 mod legacy;

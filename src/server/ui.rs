@@ -26,14 +26,19 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
+use axum::response::sse::Event;
 use axum::routing::{MethodRouter, get, post};
 use futures::{StreamExt, stream};
 use serde_json::{Value, json};
+use tower::ServiceBuilder;
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::validate_request::ValidateRequestHeaderLayer;
 
-use super::http::{AppState, authenticate, check_host_and_origin, error_response, sse_frames};
+use super::http_base::{AppState, Caller, HostGuard, error_response, sse};
 use super::reply::Reply;
 use super::request::OwnRequest;
 use super::{Principal, Server};
@@ -54,54 +59,59 @@ const INDEX_HTML: &str = include_str!("ui/index.html");
 const APP_JS: &str = include_str!("ui/app.js");
 const APP_CSS: &str = include_str!("ui/app.css");
 
-/// The routes of the web view.
-pub(crate) fn router() -> Router<AppState> {
+/// The page's Content-Security-Policy: scripts, styles and requests to
+/// this server only, no framing (clickjacking), no forms, no base URL.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+
+/// The routes of the web view, each behind `guard` (the Host/Origin check
+/// of every route) and with the security headers on every answer of a
+/// route, refusals included. A request whose method a route does not take
+/// gets axum's plain 405, as before: the layers are each route's
+/// `route_layer`, which leaves the 405 out (the router's `route_layer`
+/// would wrap it too).
+pub(crate) fn router(guard: &HostGuard) -> Router<AppState> {
+    // Outermost first: each header layer sets its header after the ones
+    // inside it, so an answer's headers keep the order they always had
+    // (the policy first, `Cache-Control` last, replaced in place).
+    let layers = ServiceBuilder::new()
+        .layer(harden(header::CACHE_CONTROL, "no-store"))
+        .layer(harden(header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .layer(harden(header::REFERRER_POLICY, "no-referrer"))
+        .layer(harden(header::X_FRAME_OPTIONS, "DENY"))
+        .layer(harden(header::CONTENT_SECURITY_POLICY, CSP))
+        .layer(ValidateRequestHeaderLayer::custom(guard.clone()));
+    let guarded = |route: MethodRouter<AppState>| route.route_layer(layers.clone());
     Router::new()
-        .route("/ui", asset("text/html; charset=utf-8", INDEX_HTML))
-        .route("/ui/", asset("text/html; charset=utf-8", INDEX_HTML))
-        .route("/ui/app.js", asset("text/javascript; charset=utf-8", APP_JS))
-        .route("/ui/app.css", asset("text/css; charset=utf-8", APP_CSS))
-        .route("/ui/api/me", get(me))
-        .route("/ui/api/trees", get(trees))
-        .route("/ui/api/trees/{id}", get(tree))
-        .route("/ui/api/trees/{id}/live", get(live))
-        .route("/ui/api/tasks/{id}", get(task))
-        .route("/ui/api/tasks/{id}/{action}", post(command))
+        .route("/ui", guarded(asset("text/html; charset=utf-8", INDEX_HTML)))
+        .route("/ui/", guarded(asset("text/html; charset=utf-8", INDEX_HTML)))
+        .route(
+            "/ui/app.js",
+            guarded(asset("text/javascript; charset=utf-8", APP_JS)),
+        )
+        .route("/ui/app.css", guarded(asset("text/css; charset=utf-8", APP_CSS)))
+        .route("/ui/api/me", guarded(get(me)))
+        .route("/ui/api/trees", guarded(get(trees)))
+        .route("/ui/api/trees/{id}", guarded(get(tree)))
+        .route("/ui/api/trees/{id}/live", guarded(get(live)))
+        .route("/ui/api/tasks/{id}", guarded(get(task)))
+        .route("/ui/api/tasks/{id}/{action}", guarded(post(command)))
 }
 
-/// Security headers of every answer: no framing (clickjacking), scripts
-/// and styles from this server only, no referrer, no sniffing.
-fn harden(mut resp: Response) -> Response {
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
-        ),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp
+/// One security header of every answer (no framing, scripts and styles
+/// from this server only, no referrer, no sniffing, no caching), replacing
+/// any the handler set.
+fn harden(name: HeaderName, value: &'static str) -> SetResponseHeaderLayer<HeaderValue> {
+    SetResponseHeaderLayer::overriding(name, HeaderValue::from_static(value))
 }
 
 /// A file of the page: only the Host/Origin guard (it holds no data).
 fn asset(content_type: &'static str, body: &'static str) -> MethodRouter<AppState> {
-    get(
-        move |State(state): State<AppState>, headers: HeaderMap| async move {
-            if let Err(resp) = guard(&state, &headers) {
-                return resp;
-            }
-            let mut resp = Response::new(Body::from(body));
-            resp.headers_mut()
-                .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-            harden(resp)
-        },
-    )
+    get(move || async move {
+        let mut resp = Response::new(Body::from(body));
+        resp.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        resp
+    })
 }
 
 fn json_answer(status: StatusCode, body: &Value) -> Response {
@@ -109,43 +119,27 @@ fn json_answer(status: StatusCode, body: &Value) -> Response {
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    harden(resp)
+    resp
 }
 
 fn not_found() -> Response {
-    harden(error_response(
+    error_response(
         StatusCode::NOT_FOUND,
         ErrorCode::INVALID_PARAMS,
         crate::model::ErrorObject::TASK_NOT_FOUND_MESSAGE,
-    ))
+    )
 }
 
-/// The page needs only the Host/Origin guard (it holds no data); the API
-/// needs the caller's principal too. (The refusal is the response itself.)
-#[allow(clippy::result_large_err)]
-fn guard(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
-    check_host_and_origin(headers, state.server.config()).map_err(harden)
-}
-
-#[allow(clippy::result_large_err)]
-fn caller(state: &AppState, headers: &HeaderMap) -> Result<Principal, Response> {
-    guard(state, headers)?;
-    authenticate(headers, state.server.config()).map_err(harden)
-}
-
-async fn me(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    match caller(&state, &headers) {
-        Ok(p) => json_answer(
-            StatusCode::OK,
-            &json!({
-                "principal": p.name(),
-                "tokens": state.server.config().tokens.is_some(),
-                "server": state.server.config().name,
-                "version": state.server.config().version,
-            }),
-        ),
-        Err(resp) => resp,
-    }
+async fn me(State(state): State<AppState>, Caller(p): Caller) -> Response {
+    json_answer(
+        StatusCode::OK,
+        &json!({
+            "principal": p.name(),
+            "tokens": state.server.config().tokens.is_some(),
+            "server": state.server.config().name,
+            "version": state.server.config().version,
+        }),
+    )
 }
 
 fn row_json(r: &TaskRow) -> Value {
@@ -182,55 +176,66 @@ fn summary_json(t: &TreeSummary) -> Value {
     })
 }
 
-/// `%XX` and `+` decoded; `None` for broken escapes or non-UTF-8.
-fn url_decode(s: &str) -> Option<String> {
-    let mut out = Vec::with_capacity(s.len());
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = s.get(i + 1..i + 3)?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 2;
-            }
-            c => out.push(c),
+/// The list's query parameters, decoded by axum's [`Query`] (a later one of
+/// the same name wins); 400 for a query string with a broken escape.
+struct ListQuery(HashMap<String, String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ListQuery {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Response> {
+        let broken = || bad_request("the query string has a broken escape");
+        if !escapes_well_formed(parts.uri.query().unwrap_or("")) {
+            return Err(broken());
         }
-        i += 1;
+        let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(&parts.uri).map_err(|_| broken())?;
+        Ok(ListQuery(pairs.into_iter().collect()))
     }
-    String::from_utf8(out).ok()
 }
 
-/// The query string's parameters (a later one of the same name wins).
-fn query_of(uri: &axum::http::Uri) -> Result<HashMap<String, String>, String> {
-    let mut out = HashMap::new();
-    for pair in uri.query().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let k = url_decode(k).ok_or("the query string has a broken escape")?;
-        let v = url_decode(v).ok_or("the query string has a broken escape")?;
-        out.insert(k, v);
+/// Whether every `%` of a raw query string starts an escape of two hex
+/// digits and every run of escapes decodes to UTF-8. Form decoding (what
+/// [`Query`] does) keeps a broken escape as it is and turns bytes that are
+/// not UTF-8 into U+FFFD; the list refuses both instead. (Literal text
+/// between escapes is UTF-8 already, and a run of escapes next to it must
+/// be whole characters for the decoded text to be UTF-8.)
+fn escapes_well_formed(raw: &str) -> bool {
+    let hex = |c: u8| char::from(c).to_digit(16);
+    let mut run = Vec::new();
+    let mut rest = raw.as_bytes();
+    loop {
+        match rest {
+            [b'%', hi, lo, tail @ ..] => {
+                let (Some(hi), Some(lo)) = (hex(*hi), hex(*lo)) else {
+                    return false;
+                };
+                run.push((hi * 16 + lo) as u8);
+                rest = tail;
+            }
+            [b'%', ..] => return false,
+            _ => {
+                if std::str::from_utf8(&run).is_err() {
+                    return false;
+                }
+                run.clear();
+                match rest {
+                    [] => return true,
+                    [_, tail @ ..] => rest = tail,
+                }
+            }
+        }
     }
-    Ok(out)
 }
 
 fn bad_request(message: &str) -> Response {
-    harden(error_response(
-        StatusCode::BAD_REQUEST,
-        ErrorCode::INVALID_PARAMS,
-        message,
-    ))
+    error_response(StatusCode::BAD_REQUEST, ErrorCode::INVALID_PARAMS, message)
 }
 
-async fn trees(State(state): State<AppState>, req: Request) -> Response {
-    let principal = match caller(&state, req.headers()) {
-        Ok(p) => p,
-        Err(resp) => return resp,
-    };
-    let q = match query_of(req.uri()) {
-        Ok(q) => q,
-        Err(e) => return bad_request(&e),
-    };
+async fn trees(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    ListQuery(q): ListQuery,
+) -> Response {
     let status = match q.get("status").map(String::as_str) {
         None | Some("") | Some("all") => None,
         Some("live") => Some(None),
@@ -295,11 +300,7 @@ fn task_id(raw: &str) -> Option<TaskId> {
     raw.parse().ok()
 }
 
-async fn tree(State(state): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let principal = match caller(&state, &headers) {
-        Ok(p) => p,
-        Err(resp) => return resp,
-    };
+async fn tree(State(state): State<AppState>, Path(id): Path<String>, Caller(principal): Caller) -> Response {
     let server = state.server.current();
     let rt = server.runtime();
     let Some(cell) = task_id(&id).and_then(|id| rt.owned_tree(id, principal.name())) else {
@@ -307,11 +308,11 @@ async fn tree(State(state): State<AppState>, Path(id): Path<String>, headers: He
     };
     let rows = rt.tree_rows(&cell);
     if rt.durable(rows.ticket).await.is_err() {
-        return harden(error_response(
+        return error_response(
             StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::INTERNAL_ERROR,
             "the task store failed; the tree cannot be shown as durable",
-        ));
+        );
     }
     json_answer(
         StatusCode::OK,
@@ -327,18 +328,15 @@ async fn tree(State(state): State<AppState>, Path(id): Path<String>, headers: He
 /// What a live view last sent of one task.
 type Sent = HashMap<TaskId, TaskRow>;
 
-async fn live(State(state): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let principal = match caller(&state, &headers) {
-        Ok(p) => p,
-        Err(resp) => return resp,
-    };
+async fn live(State(state): State<AppState>, Path(id): Path<String>, Caller(principal): Caller) -> Response {
     let server = state.server.current();
     let Some(cell) = task_id(&id).and_then(|id| server.runtime().owned_tree(id, principal.name())) else {
         return not_found();
     };
     let shutdown = state.shutdown.clone();
     let keep_alive = server.config().keep_alive;
-    // One event per loop: the rows that changed since the last one.
+    // One step per loop: the rows that changed since the last one, and
+    // `end` once every task is terminal.
     let events = stream::unfold((Sent::new(), false), move |(mut sent, ended)| {
         let cell = cell.clone();
         let server = server.clone();
@@ -374,14 +372,14 @@ async fn live(State(state): State<AppState>, Path(id): Path<String>, headers: He
                         "full": first,
                         "now": crate::model::Timestamp::now().as_millis(),
                     });
-                    let mut chunk = format!("event: rows\ndata: {body}\n\n");
+                    let mut events = vec![Event::default().event("rows").data(body.to_string())];
                     if done {
-                        chunk.push_str("event: end\ndata: {}\n\n");
+                        events.push(end_event());
                     }
-                    return Some((chunk, (sent, done)));
+                    return Some((events, (sent, done)));
                 }
                 if done {
-                    return Some(("event: end\ndata: {}\n\n".to_owned(), (sent, true)));
+                    return Some((vec![end_event()], (sent, true)));
                 }
                 notified.await;
                 tokio::time::sleep(LIVE_INTERVAL).await;
@@ -389,8 +387,17 @@ async fn live(State(state): State<AppState>, Path(id): Path<String>, headers: He
         }
     });
     // Counted with the MCP endpoint's streams (`subtask_http_open_streams`).
-    let frames = state.server.inner.http_stats.track_stream(events.boxed());
-    harden(sse_frames(frames, keep_alive, shutdown))
+    let events = state
+        .server
+        .inner
+        .http_stats
+        .track_stream(events.flat_map(stream::iter).boxed());
+    sse(events, keep_alive, shutdown)
+}
+
+/// The live view's last event: every task of the tree is terminal.
+fn end_event() -> Event {
+    Event::default().event("end").data("{}")
 }
 
 /// Runs one MCP request as `principal` and answers its JSON-RPC reply.
@@ -402,33 +409,26 @@ async fn relay(server: &Server, principal: Principal, request: OwnRequest) -> Re
             *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
             resp.headers_mut()
                 .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            harden(resp)
+            resp
         }
-        Reply::Accepted | Reply::Stream(_) => harden(error_response(
+        Reply::Accepted | Reply::Stream(_) => error_response(
             StatusCode::INTERNAL_SERVER_ERROR,
             ErrorCode::INTERNAL_ERROR,
             "unexpected reply to a task request",
-        )),
+        ),
     }
 }
 
-async fn task(State(state): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let principal = match caller(&state, &headers) {
-        Ok(p) => p,
-        Err(resp) => return resp,
-    };
+async fn task(State(state): State<AppState>, Path(id): Path<String>, Caller(principal): Caller) -> Response {
     relay(&state.server, principal, OwnRequest::new(TaskMethod::Get, id)).await
 }
 
 async fn command(
     State(state): State<AppState>,
     Path((id, action)): Path<(String, String)>,
+    Caller(principal): Caller,
     req: Request,
 ) -> Response {
-    let principal = match caller(&state, req.headers()) {
-        Ok(p) => p,
-        Err(resp) => return resp,
-    };
     // The action is the URL's last segment, not a method name.
     let method = match action.as_str() {
         "steer" => TaskMethod::Steer,
@@ -458,18 +458,30 @@ async fn command(
 mod tests {
     use super::*;
 
-    #[test]
-    fn query_strings_decode() {
-        let uri: axum::http::Uri = "/ui/api/trees?status=working&q=deep+research%2Fx&tool="
-            .parse()
+    async fn query(uri: &str) -> Result<HashMap<String, String>, u16> {
+        let (mut parts, ()) = axum::http::Request::builder()
+            .uri(uri)
+            .body(())
+            .unwrap()
+            .into_parts();
+        match ListQuery::from_request_parts(&mut parts, &()).await {
+            Ok(ListQuery(q)) => Ok(q),
+            Err(resp) => Err(resp.status().as_u16()),
+        }
+    }
+
+    #[tokio::test]
+    async fn query_strings_decode() {
+        let q = query("/ui/api/trees?status=working&q=deep+research%2Fx&tool=&status=live")
+            .await
             .unwrap();
-        let q = query_of(&uri).unwrap();
-        assert_eq!(q["status"], "working");
+        assert_eq!(q["status"], "live", "a later parameter wins");
         assert_eq!(q["q"], "deep research/x");
         assert_eq!(q["tool"], "");
-        let bad: axum::http::Uri = "/ui/api/trees?q=%zz".parse().unwrap();
-        assert!(query_of(&bad).is_err());
-        let cut: axum::http::Uri = "/ui/api/trees?q=%4".parse().unwrap();
-        assert!(query_of(&cut).is_err());
+        assert_eq!(query("/ui/api/trees?q=%C3%A9t%C3%A9").await.unwrap()["q"], "été");
+        assert!(query("/ui/api/trees").await.unwrap().is_empty());
+        for bad in ["q=%zz", "q=%4", "q=%C3", "q=%C3x", "q=%FF", "%zz=1"] {
+            assert_eq!(query(&format!("/ui/api/trees?{bad}")).await, Err(400), "{bad}");
+        }
     }
 }
