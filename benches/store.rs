@@ -45,6 +45,10 @@ const CREATORS: usize = 64;
 
 #[path = "support/durable.rs"]
 mod durable;
+/// The tests' HTTP client (hyper), for `takeover_ms`'s requests.
+#[cfg(feature = "cli")]
+#[path = "../tests/support/http.rs"]
+mod http;
 #[cfg(feature = "postgres")]
 #[path = "../tests/support/pg.rs"]
 mod pg;
@@ -707,15 +711,14 @@ mod nonowner {
 /// which only the instance that took the tree over writes).
 #[cfg(feature = "cli")]
 mod takeover {
-    use std::io::{Read, Write};
-    use std::net::{SocketAddr, TcpStream};
+    use std::net::SocketAddr;
     use std::path::{Path, PathBuf};
     use std::process::{Child, Command, Stdio};
     use std::time::{Duration, Instant};
 
     use serde_json::{Value, json};
 
-    use super::{Pg, bench_dir, median};
+    use super::{Pg, bench_dir, http, median};
 
     const ROUNDS: usize = 3;
     const POLL: Duration = Duration::from_millis(5);
@@ -737,6 +740,7 @@ mod takeover {
         child: Child,
         addr: SocketAddr,
         log: PathBuf,
+        rt: tokio::runtime::Runtime,
     }
 
     impl Drop for Serve {
@@ -766,6 +770,10 @@ mod takeover {
                 child,
                 addr: "127.0.0.1:0".parse().expect("an address"),
                 log: log.to_owned(),
+                rt: tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime for the HTTP client"),
             };
             let deadline = Instant::now() + Duration::from_secs(30);
             loop {
@@ -789,35 +797,25 @@ mod takeover {
             }
         }
 
-        /// One request over a fresh connection; the `result`, or why not.
+        /// One request over a fresh connection (the tests' HTTP client,
+        /// on a runtime of this instance's); the `result`, or why not.
         fn call(&self, method: &str, name: &str, params: Value) -> Result<Value, String> {
             let body = super::request_body(1, method, params);
-            let mut s =
-                TcpStream::connect_timeout(&self.addr, Duration::from_secs(5)).map_err(|e| e.to_string())?;
-            s.set_read_timeout(Some(Duration::from_secs(10)))
-                .map_err(|e| e.to_string())?;
-            let head = format!(
-                "POST /mcp HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\n\
-                 Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
-                 Mcp-Method: {method}\r\nMcp-Name: {name}\r\nContent-Length: {}\r\n\r\n",
-                self.addr,
-                body.len()
-            );
-            s.write_all(head.as_bytes()).map_err(|e| e.to_string())?;
-            s.write_all(&body).map_err(|e| e.to_string())?;
-            let mut buf = Vec::new();
-            s.read_to_end(&mut buf).map_err(|e| e.to_string())?;
-            let text = String::from_utf8_lossy(&buf);
-            let (head, body) = text
-                .split_once("\r\n\r\n")
-                .ok_or_else(|| format!("no response: {text}"))?;
-            let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-                dechunk(body)
-            } else {
-                body.to_owned()
-            };
+            let headers = [
+                ("Content-Type", "application/json".to_owned()),
+                ("Accept", "application/json, text/event-stream".to_owned()),
+                ("MCP-Protocol-Version", "2026-07-28".to_owned()),
+                ("Mcp-Method", method.to_owned()),
+                ("Mcp-Name", name.to_owned()),
+            ];
+            let answer = self.rt.block_on(tokio::time::timeout(
+                Duration::from_secs(15),
+                http::fetch(self.addr, "POST", "/mcp", &headers, &body),
+            ));
+            let r = answer.map_err(|_| "no answer within 15 s".to_owned())??;
+            let (head, body) = (r.headers, r.body);
             let mut v: Value =
-                serde_json::from_str(&body).map_err(|e| format!("{e}: {head}\r\n\r\n{body}"))?;
+                serde_json::from_str(&body).map_err(|e| format!("{e}: {head:?}\r\n\r\n{body}"))?;
             match v.get_mut("result") {
                 Some(r) => Ok(r.take()),
                 None => Err(body),
@@ -842,19 +840,6 @@ mod takeover {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
-    }
-
-    fn dechunk(mut s: &str) -> String {
-        let mut out = String::new();
-        while let Some((size, rest)) = s.split_once("\r\n") {
-            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-            if n == 0 || rest.len() < n {
-                break;
-            }
-            out.push_str(&rest[..n]);
-            s = rest[n..].trim_start_matches("\r\n");
-        }
-        out
     }
 
     fn children(t: &Value) -> Vec<String> {

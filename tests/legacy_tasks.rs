@@ -10,13 +10,12 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde_json::{Value, json};
 use subtask::runtime::RuntimeConfig;
 use subtask::server::{
     Server, ServerConfig, TaskSupport, TokenTable, ToolCall, ToolOutcome, ToolSpec, text_result,
 };
-use support::http::{Client, child_ids, full_caps, raw};
+use support::http::{Client, child_ids, full_caps, raw, stream};
 
 const V: &str = "2025-11-25";
 
@@ -374,43 +373,27 @@ async fn input_requests_reach_the_client_on_the_result_stream_and_its_answer_con
         )
         .await;
     c.until_status(&id, "input_required").await;
-    let http = reqwest::Client::new();
-    let url = format!("http://{addr}/mcp");
-    let mut req = http.post(&url);
-    for (k, v) in c.headers() {
-        req = req.header(k, v);
-    }
-    let resp = req
-        .body(
-            json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/result", "params": {"taskId": id}})
-                .to_string(),
-        )
-        .send()
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tasks/result", "params": {"taskId": id}});
+    let mut resp = stream(addr, "POST", "/mcp", &c.headers(), body.to_string().as_bytes())
         .await
         .unwrap();
-    assert_eq!(resp.status(), 200);
-    let mut body = resp.bytes_stream();
-    let mut buf = String::new();
+    assert_eq!(resp.status, 200);
     let mut answered = false;
     let last = tokio::time::timeout(Duration::from_secs(20), async {
         loop {
-            let chunk = body.next().await.expect("the stream ends with the response").unwrap();
-            buf.push_str(std::str::from_utf8(&chunk).unwrap());
-            while let Some(end) = buf.find("\n\n") {
-                let event: String = buf.drain(..end + 2).collect();
-                let Some(data) = event.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
-                let m: Value = serde_json::from_str(data).unwrap();
-                if m["method"] == "elicitation/create" {
-                    assert!(!answered, "each input request is sent once");
-                    assert_eq!(m["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id.as_str());
-                    assert_eq!(m["params"]["mode"], "form");
-                    let answer = json!({"jsonrpc": "2.0", "id": m["id"], "result": {"action": "accept", "content": {"confirm": true}}});
-                    let r = raw(addr, "POST", &c.headers(), answer.to_string().as_bytes()).await;
-                    assert_eq!(r.status, 202, "{}", r.body);
-                    answered = true;
-                } else if m.get("id") == Some(&json!(5)) {
-                    return m;
-                }
+            let event = resp.next_event().await.expect("the stream ends with the response").unwrap();
+            let Some(data) = event.data else { continue };
+            let m: Value = serde_json::from_str(&data).unwrap();
+            if m["method"] == "elicitation/create" {
+                assert!(!answered, "each input request is sent once");
+                assert_eq!(m["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id.as_str());
+                assert_eq!(m["params"]["mode"], "form");
+                let answer = json!({"jsonrpc": "2.0", "id": m["id"], "result": {"action": "accept", "content": {"confirm": true}}});
+                let r = raw(addr, "POST", &c.headers(), answer.to_string().as_bytes()).await;
+                assert_eq!(r.status, 202, "{}", r.body);
+                answered = true;
+            } else if m.get("id") == Some(&json!(5)) {
+                return m;
             }
         }
     })

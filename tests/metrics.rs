@@ -13,11 +13,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::http::{Client, HttpResponse, child_ids, full_caps, is_terminal, raw};
+use support::http::{Client, HttpResponse, child_ids, fetch, full_caps, is_terminal, raw};
 use support::process::{ServerProcess, private_binary};
 use support::tempdir::TempDir;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
 
 // ---------------------------------------------------------------------------
 // The Prometheus text format, parsed strictly enough to catch a bad line.
@@ -224,27 +222,16 @@ impl Scrape {
 // HTTP: scrapes, and every /mcp request counted as it is answered.
 // ---------------------------------------------------------------------------
 
-/// `GET path` with `headers`; the whole response.
+/// `GET path` with `headers`; the whole response: status, the head's
+/// header lines (lowercase), body.
 async fn get(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let mut head = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-        head.push_str(&format!("Host: {addr}\r\n"));
-    }
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut buf))
+    let headers: Vec<(&str, String)> = headers.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
+    let r = tokio::time::timeout(Duration::from_secs(20), fetch(addr, method, path, &headers, b""))
         .await
         .expect("an answer within 20 s")
-        .unwrap();
-    let text = String::from_utf8(buf).expect("UTF-8");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a head");
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (status, head.to_ascii_lowercase(), body.to_owned())
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let head: String = r.headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+    (r.status, head.to_ascii_lowercase(), r.body)
 }
 
 async fn scrape(addr: SocketAddr) -> Scrape {
@@ -423,25 +410,12 @@ async fn metrics_count_what_the_server_did() {
         )
         .await;
     c.until(&b, |t| child_ids(t).len() == 2).await;
-    let (headers, body) = c
+    let mut listen = c
         .client
-        .envelope("subscriptions/listen", json!({"notifications": {"taskIds": [b]}}));
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let mut head = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in &headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(&body).await.unwrap();
-    let mut listen = BufReader::new(stream);
-    let mut status_line = String::new();
-    listen.read_line(&mut status_line).await.unwrap();
-    let listen_status: u16 = status_line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    assert_eq!(listen_status, 200, "{status_line}");
+        .stream("subscriptions/listen", json!({"notifications": {"taskIds": [b]}}))
+        .await;
+    let listen_status = listen.status;
+    assert_eq!(listen_status, 200, "{:?}", listen.headers);
     c.count("subscriptions/listen", listen_status);
 
     // Every handler of B sleeps its steps in ctx.external (fanout.rs),
@@ -467,10 +441,13 @@ async fn metrics_count_what_the_server_did() {
     assert_eq!(cancel.status, 200, "{}", cancel.body);
     // The stream ends once every task it follows has ended.
     let mut rest = String::new();
-    tokio::time::timeout(Duration::from_secs(20), listen.read_to_string(&mut rest))
-        .await
-        .expect("the listen stream ends after the cancel")
-        .unwrap();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(event) = listen.next_event().await {
+            rest.push_str(&event.unwrap().data.unwrap_or_default());
+        }
+    })
+    .await
+    .expect("the listen stream ends after the cancel");
     assert!(rest.contains("cancelled"), "{rest}");
     c.until(&b, is_terminal).await;
     let tree_b = c.walk(&b).await;

@@ -72,7 +72,7 @@ impl Side {
             &mut self.pool,
             loops,
             length,
-            get_live_loop(self.ids.clone(), seed),
+            get_loop(self.ids.clone(), Expect::Live, seed),
         );
         if record {
             if loops == LOOPS {
@@ -192,7 +192,7 @@ pub(crate) fn memory_scale(lg: &tokio::runtime::Runtime, live: usize, with_peer:
             pool,
             LOOPS,
             warm_up(),
-            bare_loop(sub.ids.clone(), sample.clone(), 1),
+            get_loop(sub.ids.clone(), Expect::Bytes(sample.clone()), 1),
         );
     }
     let orders: [[bool; 2]; 2] = [[true, false], [false, true]];
@@ -208,7 +208,7 @@ pub(crate) fn memory_scale(lg: &tokio::runtime::Runtime, live: usize, with_peer:
                         pool,
                         LOOPS,
                         length,
-                        bare_loop(sub.ids.clone(), sample.clone(), seed),
+                        get_loop(sub.ids.clone(), Expect::Bytes(sample.clone()), seed),
                     ));
                 }
             } else if let Some(p) = peer.as_mut() {

@@ -4,7 +4,8 @@
 //!
 //! A response counts only when it arrived whole: the status line, the
 //! headers and every byte of the body its `Content-Length` (or chunked
-//! framing) announced. Anything less is an error, never a guess.
+//! framing) announced (hyper reads it: `super::http`). Anything less is an
+//! error, never a guess.
 
 #![allow(dead_code)]
 
@@ -16,10 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
 
-use super::http::Client;
+use super::http::{Client, Connection, build_request, fetch};
 
 /// A port that was free a moment ago on 127.0.0.1 (bind to port 0, read
 /// the port, close the listener). Another process may take it before the
@@ -263,9 +262,20 @@ pub enum Rpc {
 /// `timeout` (a hang guard) passed.
 pub async fn rpc(client: &Client, method: &str, params: Value, timeout: Duration) -> Result<Rpc, String> {
     let (headers, body) = client.envelope(method, params);
-    let (status, body) = tokio::time::timeout(timeout, exchange(client.addr, &headers, &body))
+    let resp = tokio::time::timeout(timeout, fetch(client.addr, "POST", "/mcp", &headers, &body))
         .await
-        .map_err(|_| format!("{method}: no response within {timeout:?}"))??;
+        .map_err(|_| format!("{method}: no response within {timeout:?}"))?
+        .map_err(|e| format!("{method}: {e}"))?;
+    // hyper reads a framed body whole or fails; an answer framed by the
+    // connection's end only could have been cut short unseen.
+    if resp.header("content-length").is_none() && resp.header("transfer-encoding").is_none() {
+        return Err(format!(
+            "{method}: a response without Content-Length or chunked framing cannot be checked for \
+             completeness: {:?}",
+            resp.headers
+        ));
+    }
+    let (status, body) = (resp.status, resp.body);
     let v: Value =
         serde_json::from_str(&body).map_err(|e| format!("{method}: response is not JSON ({e}): {body}"))?;
     if let Some(e) = v.get("error") {
@@ -277,115 +287,9 @@ pub async fn rpc(client: &Client, method: &str, params: Value, timeout: Duration
     }
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-/// One HTTP/1.1 exchange; the body only once complete.
-async fn exchange(
-    addr: SocketAddr,
-    headers: &[(&str, String)],
-    body: &[u8],
-) -> Result<(u16, String), String> {
-    let mut stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    let mut head = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    let mut request = head.into_bytes();
-    request.extend_from_slice(body);
-    stream
-        .write_all(&request)
-        .await
-        .map_err(|e| format!("write: {e}"))?;
-    let mut buf: Vec<u8> = Vec::with_capacity(4096);
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        if let Some(done) = complete_response(&buf)? {
-            return Ok(done);
-        }
-        let n = stream.read(&mut chunk).await.map_err(|e| format!("read: {e}"))?;
-        if n == 0 {
-            return Err(format!(
-                "connection closed after {} bytes, before a whole response",
-                buf.len()
-            ));
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
-/// `Some((status, body))` when `buf` holds a whole response.
-fn complete_response(buf: &[u8]) -> Result<Option<(u16, String)>, String> {
-    let Some(end) = find(buf, b"\r\n\r\n") else {
-        return Ok(None);
-    };
-    let head = String::from_utf8_lossy(&buf[..end]).to_string();
-    let mut lines = head.lines();
-    let status: u16 = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("bad status line in {head:?}"))?;
-    let mut length = None;
-    let mut chunked = false;
-    for line in lines {
-        if let Some((k, v)) = line.split_once(':') {
-            let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
-            if k == "content-length" {
-                length = Some(
-                    v.parse::<usize>()
-                        .map_err(|e| format!("content-length {v:?}: {e}"))?,
-                );
-            } else if k == "transfer-encoding" && v.contains("chunked") {
-                chunked = true;
-            }
-        }
-    }
-    let rest = &buf[end + 4..];
-    if let Some(n) = length {
-        if rest.len() < n {
-            return Ok(None);
-        }
-        return Ok(Some((status, String::from_utf8_lossy(&rest[..n]).to_string())));
-    }
-    if chunked {
-        // Whole once the zero-size chunk arrived.
-        let mut out = Vec::new();
-        let mut s = rest;
-        loop {
-            let Some(eol) = find(s, b"\r\n") else {
-                return Ok(None);
-            };
-            let size_text = String::from_utf8_lossy(&s[..eol]).to_string();
-            let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
-                .map_err(|e| format!("chunk size {size_text:?}: {e}"))?;
-            let data = &s[eol + 2..];
-            if size == 0 {
-                return Ok(Some((status, String::from_utf8_lossy(&out).to_string())));
-            }
-            if data.len() < size + 2 {
-                return Ok(None);
-            }
-            out.extend_from_slice(&data[..size]);
-            s = &data[size + 2..];
-        }
-    }
-    Err(format!(
-        "a response without Content-Length or chunked framing cannot be checked for completeness: {head:?}"
-    ))
-}
-
 /// Opens `subscriptions/listen` for `task_ids` and calls `on_message` with
 /// every SSE `data:` message as it arrives, until the stream ends or the
-/// connection fails. A message cut short by a dying server is not JSON and
-/// is dropped.
+/// connection fails. A message cut short by a dying server is dropped.
 ///
 /// # Errors
 ///
@@ -399,37 +303,15 @@ pub async fn listen(
         "subscriptions/listen",
         json!({"notifications": {"taskIds": task_ids}}),
     );
-    let addr = client.addr;
-    let mut stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    let mut head = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in &headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
+    let request = build_request(client.addr, "POST", "/mcp", &headers, body)?;
+    let connection = Connection::open(client.addr).await?;
+    // Once connected, a server that dies before or during its answer
+    // just ends the stream.
+    let Ok(mut events) = connection.stream(request).await else {
+        return Ok(());
+    };
+    while let Some(v) = events.next_json().await {
+        on_message(v);
     }
-    head.push_str("\r\n");
-    let mut request = head.into_bytes();
-    request.extend_from_slice(&body);
-    stream
-        .write_all(&request)
-        .await
-        .map_err(|e| format!("write: {e}"))?;
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        match reader.read_line(&mut line).await {
-            Ok(0) | Err(_) => return Ok(()),
-            Ok(_) => {}
-        }
-        // Chunk framing lines and SSE fields other than data are skipped.
-        if let Some(data) = line.trim_end().strip_prefix("data: ")
-            && let Ok(v) = serde_json::from_str::<Value>(data)
-        {
-            on_message(v);
-        }
-    }
+    Ok(())
 }
