@@ -16,6 +16,9 @@ done
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
+echo "== no import cycle between the modules of src/server and src/store (scripts/module-cycles.py)"
+python3 scripts/module-cycles.py src/server src/store
+
 echo "== cargo clippy"
 cargo clippy --all-targets --all-features -- -D warnings
 
