@@ -11,11 +11,11 @@
 //! tasks. Each server runs on a tokio runtime of its own (2 worker threads,
 //! named per server), so the load generator and a server never share a
 //! worker; the operating system schedules both over the machine's cores.
-//! Its client is the tests' HTTP client (`tests/support/http.rs`: hyper's
-//! HTTP/1.1 client connection, one keep-alive connection per loop, driven
-//! in the loop's own task), with static header values and task answers
-//! read by byte scans, so the load generator spends as little of the
-//! shared CPU as it can.
+//! Its client writes each request in one piece over a keep-alive
+//! `TcpStream` and reads answers with `httparse` (hyper's parser), task
+//! answers by byte scans, so the load generator spends as little of the
+//! shared CPU as it can (`client.rs` says why it is not hyper's whole
+//! client, as the tests' is).
 //!
 //! Live tasks are created through each server with a tool whose handler
 //! waits until it is cancelled, so they stay `working`.
@@ -44,9 +44,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use http_body_util::Full;
-use hyper::header::{ACCEPT, CONTENT_TYPE, HOST, HeaderName, HeaderValue};
-use hyper::{Method, Request, StatusCode, Uri};
 use rmcp::model as r;
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
@@ -58,12 +55,9 @@ use subtask::server::{
     Server, ServerConfig, ServerLimits, TaskSupport, ToolCall, ToolOutcome, ToolSpec, text_result,
 };
 use subtask::store::{SqliteConfig, SqliteStore};
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
-/// The tests' HTTP client (hyper's client connection): the load
-/// generator's connections.
-#[path = "../../tests/support/http.rs"]
-mod http;
 /// The seeded generator of the tests (fixed seeds here: every run picks
 /// the same sequence of live tasks).
 #[path = "../../tests/support/seed.rs"]
