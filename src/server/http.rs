@@ -4,7 +4,7 @@
 //!
 //! `/mcp` is a tower stack: the Host/Origin guard and the POST-only check
 //! (tower-http request validators answering with the endpoint's JSON-RPC
-//! errors), then the handler, whose [`Caller`] extractor authenticates the
+//! errors), then the handler, whose `Caller` extractor authenticates the
 //! bearer token; every answer is counted by method and status for
 //! `/metrics`. Every request, on every route, runs inside a tower-http
 //! `TraceLayer` span (`http`, at `DEBUG`) on which `/mcp` records the
