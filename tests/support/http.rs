@@ -1,4 +1,4 @@
-//! The HTTP/1.1 client of the tests and the benches, on hyper's client
+//! The HTTP/1.1 client of the tests, on hyper's client
 //! connection (`hyper::client::conn::http1`) over a `TcpStream`, and the
 //! client side of the 2026-07-28 wire ([`Client`]) on top of it.
 //!
@@ -8,9 +8,12 @@
 //! event by event as they arrive (`sse-stream`), for the long-lived
 //! `subscriptions/listen` and `tasks/result` streams.
 //!
-//! The benches include this file too (`#[path = "../../tests/support/http.rs"]`):
-//! their load generator keeps one [`Connection`] open per client loop and
-//! drives it in the loop's own task (no task per connection).
+//! `benches/store.rs` includes this file too, for its takeover requests.
+//! The HTTP bench's load generator does not: it shares two cores with the
+//! server it measures, and parses answers with `httparse` over its own
+//! sockets, which costs it less CPU per request (`benches/http/client.rs`).
+//! A [`Connection`] is driven in its caller's task (no task per
+//! connection) until it streams.
 
 #![allow(dead_code)]
 
