@@ -14,7 +14,6 @@ use subtask::runtime::{Runtime, RuntimeConfig};
 use subtask::server::{Server, ServerConfig, TaskSupport, ToolCall, ToolOutcome, ToolSpec, text_result};
 use support::http::{Client, fetch, full_caps, raw};
 use tracing::Subscriber;
-use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
@@ -24,17 +23,9 @@ type Spans = Arc<Mutex<Vec<(u64, HashMap<String, String>)>>>;
 
 struct Record(Spans);
 
-struct Fields<'a>(&'a mut HashMap<String, String>);
-
-impl Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
-}
+#[path = "support/span_fields.rs"]
+mod span_fields;
+use span_fields::Fields;
 
 impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Record {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _: Context<'_, S>) {

@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 
 use subtask::prelude::*;
 use tracing::Subscriber;
-use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
@@ -22,17 +21,9 @@ type Spans = Arc<Mutex<SpanMap>>;
 
 struct Record(Spans);
 
-struct Fields<'a>(&'a mut HashMap<String, String>);
-
-impl Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
-}
+#[path = "support/span_fields.rs"]
+mod span_fields;
+use span_fields::Fields;
 
 impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Record {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
