@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use subtask::runtime::{Runtime, RuntimeConfig};
-use subtask::server::{ClusterConfig, Server, ServerConfig, ServerLimits, TokenTable};
+use subtask::server::{ClusterConfig, Server, ServerConfig, ServerLimits, TokenTable, WorkerConfig};
 use subtask::store::{
     Durability, Membership, PostgresConfig, PostgresStore, Registration, SqliteConfig, SqliteStore, TaskStore,
 };
@@ -353,6 +353,43 @@ struct OpsArgs {
     /// another instance at once). A second signal exits at once.
     #[arg(long = "drain-timeout", default_value_t = 10.0)]
     drain_timeout: f64,
+    /// Accept workers (tool handlers in Python, TypeScript or any language,
+    /// docs/workers.md) at /workers with the tokens of this file: one
+    /// `TOKEN NAME` per line. Worker tokens are not client tokens.
+    #[arg(long = "worker-tokens")]
+    worker_tokens: Option<PathBuf>,
+    /// Accept workers at /workers with this token (repeatable; for a quick
+    /// start, since a command line is visible to the machine's other users:
+    /// prefer --worker-tokens).
+    #[arg(long = "worker-token")]
+    worker_token: Vec<String>,
+    /// A worker's lease, in milliseconds: a worker silent for this long
+    /// loses its tasks to another worker (it is asked to send a frame every
+    /// fifth of it).
+    #[arg(long = "worker-lease-ms", default_value_t = 10_000)]
+    worker_lease_ms: u64,
+}
+
+impl OpsArgs {
+    /// The workers' configuration, when worker tokens were given.
+    fn workers(&self) -> Result<Option<WorkerConfig>, String> {
+        let mut text = String::new();
+        if let Some(path) = &self.worker_tokens {
+            text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read worker token file {}: {e}", path.display()))?;
+            text.push('\n');
+        }
+        for (n, token) in self.worker_token.iter().enumerate() {
+            text.push_str(&format!("{token} worker-{}\n", n + 1));
+        }
+        if text.trim().is_empty() {
+            return Ok(None);
+        }
+        let tokens = TokenTable::parse(&text).map_err(|e| format!("worker tokens: {e}"))?;
+        let mut config = WorkerConfig::new(tokens);
+        config.lease = std::time::Duration::from_millis(self.worker_lease_ms.max(100));
+        Ok(Some(config))
+    }
 }
 
 /// How `serve` ended.
@@ -435,8 +472,12 @@ async fn serve(
         metrics: !ops.no_metrics,
         agent_tools: ops.agent_tools,
         background: ops.background,
+        workers: ops.workers()?,
         ..ServerConfig::default()
     };
+    if let Some(w) = &config.workers {
+        tracing::info!(tokens = w.tokens.len(), lease_ms = w.lease.as_millis() as u64, "workers accepted at /workers (docs/workers.md)");
+    }
     config.limits.max_live_tasks_per_principal = limits.max_live_per_principal;
     config.default_task_ttl_ms = Some(limits.task_ttl as u64 * 1000);
     match tokens {

@@ -195,6 +195,12 @@ impl TaskContext {
         }
     }
 
+    /// Whether this handler runs again after a restart or a takeover (a
+    /// durable tree's re-run: its journal is replayed; `docs/durability.md`).
+    pub fn is_rerun(&self) -> bool {
+        self.rerun
+    }
+
     /// This task's id.
     pub fn task_id(&self) -> TaskId {
         self.id

@@ -60,6 +60,9 @@ pub struct ServerConfig {
     /// tools follow it (turned on with this). Per tool:
     /// [`ToolSpec::background`](super::ToolSpec::background). Off by default.
     pub background: bool,
+    /// Accept workers at `/workers` (tool handlers in other processes and
+    /// languages, `docs/workers.md`); `None` serves no `/workers`.
+    pub workers: Option<super::WorkerConfig>,
 }
 
 impl ServerConfig {
@@ -85,6 +88,7 @@ impl Default for ServerConfig {
             metrics: true,
             agent_tools: false,
             background: false,
+            workers: None,
         }
     }
 }

@@ -73,6 +73,7 @@ pub fn router(server: Server, shutdown: watch::Receiver<bool>) -> Router {
         .service(mcp_service(state.clone(), &guard));
     Router::new()
         .route_service("/mcp", mcp)
+        .route("/workers", axum::routing::get(super::workers::route))
         .merge(others)
         .with_state(state)
 }

@@ -30,6 +30,7 @@ mod tool;
 mod tool_calls;
 #[cfg(feature = "ui")]
 mod ui;
+mod workers;
 
 use std::sync::Arc;
 
@@ -47,6 +48,7 @@ pub use schema::{ArgumentError, ArgumentSchema, SchemaError, check_arguments};
 /// `#[schemars(crate = "subtask::server::schemars")]` to the type.
 pub use schemars;
 pub use session::Connection;
+pub use workers::WorkerConfig;
 pub use tool::{
     PromptSpec, RegisteredPrompt, RegisteredTool, TaskBody, TaskSupport, Tool, ToolCall, ToolOutcome,
     ToolSpec, elicitation, error_result, structured_result, text_result,
@@ -71,6 +73,8 @@ pub(crate) struct ServerInner {
     /// What the HTTP endpoint counts (`/metrics`); shared by a cluster
     /// instance's incarnations ([`Server::current`]).
     pub(crate) http_stats: Arc<http_stats::HttpStats>,
+    /// The workers' hub, when the server takes workers (`docs/workers.md`).
+    pub(crate) workers: Option<Arc<workers::Hub>>,
     /// Set once this instance joins a cluster ([`Server::join_cluster`]).
     #[cfg(feature = "postgres")]
     pub(crate) cluster: std::sync::OnceLock<Arc<cluster::Node>>,
@@ -151,19 +155,23 @@ impl ServerBuilder {
         for tool in &self.tools {
             let _ = self.runtime.stats().tool(Some(&tool.label));
         }
-        Server {
-            inner: Arc::new(ServerInner {
-                runtime: self.runtime,
-                state_key: mrtr::StateKey::random(),
-                owners,
-                http_stats: Arc::new(http_stats::HttpStats::default()),
-                config: self.config,
-                tools: self.tools,
-                prompts: self.prompts,
-                #[cfg(feature = "postgres")]
-                cluster: std::sync::OnceLock::new(),
-            }),
+        let workers = self.config.workers.clone().map(workers::Hub::new);
+        let inner = Arc::new(ServerInner {
+            runtime: self.runtime,
+            state_key: mrtr::StateKey::random(),
+            owners,
+            http_stats: Arc::new(http_stats::HttpStats::default()),
+            config: self.config,
+            tools: self.tools,
+            prompts: self.prompts,
+            workers,
+            #[cfg(feature = "postgres")]
+            cluster: std::sync::OnceLock::new(),
+        });
+        if let Some(hub) = &inner.workers {
+            hub.attach(&inner);
         }
+        Server { inner }
     }
 }
 
@@ -211,6 +219,7 @@ impl Server {
                 state_key: old.state_key.clone(),
                 owners: auth::Owners::new(old.config.limits.max_live_tasks_per_principal),
                 http_stats: old.http_stats.clone(),
+                workers: old.workers.clone(),
                 cluster: std::sync::OnceLock::new(),
             }),
         }
@@ -254,7 +263,12 @@ async fn rebuild(
     launch: Option<serde_json::Value>,
 ) -> Option<crate::runtime::HandlerBody> {
     let call = tool::call_of_launch(launch.as_ref()?)?;
-    let tool = inner.tools.iter().find(|t| t.spec.name == call.name)?;
+    let Some(tool) = inner.tools.iter().find(|t| t.spec.name == call.name) else {
+        // A worker tool's tree (the runtime resumes only resumable ones):
+        // its proxy waits for a worker serving the tool to register.
+        let hub = inner.workers.clone()?;
+        return Some(workers::resumed(hub, call));
+    };
     if !tool.spec.resumable {
         return None;
     }

@@ -36,6 +36,9 @@ impl Server {
             }),
         };
         let mut tools: Vec<ToolDescription> = self.inner.tools.iter().map(|t| describe(&t.spec)).collect();
+        if let Some(hub) = &self.inner.workers {
+            tools.extend(hub.specs().iter().map(describe));
+        }
         if self.inner.config.agent_tools() {
             tools.extend(super::agent::specs().iter().map(describe));
         }
@@ -99,12 +102,17 @@ impl Server {
         self.tool(name).is_ok()
     }
 
-    fn tool(&self, name: &str) -> Result<&RegisteredTool, ErrorObject> {
-        self.inner
-            .tools
-            .iter()
-            .find(|t| t.spec.name == name)
+    fn tool(&self, name: &str) -> Result<RegisteredTool, ErrorObject> {
+        self.registered_tool(name)
             .ok_or_else(|| invalid(format!("unknown tool {name:?}")))
+    }
+
+    /// The tool named `name`: the server's own, or one a worker registered.
+    pub(crate) fn registered_tool(&self, name: &str) -> Option<RegisteredTool> {
+        if let Some(t) = self.inner.tools.iter().find(|t| t.spec.name == name) {
+            return Some(t.clone());
+        }
+        self.inner.workers.as_ref()?.tool(name)
     }
 
     /// `tools/call` on either wire: the arguments are checked against the
@@ -147,7 +155,7 @@ impl Server {
             let result = Box::pin(self.agent_call(name, &call.arguments, &ctx.principal)).await;
             return Ok((result_reply(&ctx.id, complete(result, ctx.legacy)), None));
         }
-        let tool = self.tool(name)?.clone();
+        let tool = self.tool(name)?;
         // A client that asked for no task, answered at once with the task's id.
         let background = match mode {
             CallMode::Modern => ctx.tasks.is_none() && self.answers_in_background(&tool),
