@@ -239,12 +239,12 @@ impl Hub {
         self.state.lock().tools.iter().map(|t| t.spec.clone()).collect()
     }
 
-    /// Workers connected now, and the tasks waiting for one.
+    /// Workers connected now, the tasks they run and the tasks waiting for
+    /// one (walks the workers, never the tasks).
     pub(crate) fn load(&self) -> (usize, usize, usize) {
         let st = self.state.lock();
-        let running = st.workers.values().map(|w| w.running.len()).sum();
-        let waiting = st.tasks.values().filter(|s| s.worker.is_none()).count();
-        (st.workers.len(), running, waiting)
+        let running: usize = st.workers.values().map(|w| w.running.len()).sum();
+        (st.workers.len(), running, st.tasks.len().saturating_sub(running))
     }
 
     /// Registers a worker after its `hello`: its tools are checked and

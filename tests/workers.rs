@@ -1,0 +1,366 @@
+//! The worker protocol (`docs/workers.md`) against a real server on a real
+//! socket: a worker written here with tokio-tungstenite registers tools,
+//! runs a tree of worker subtasks (and a subtask of the server's own
+//! tool), is refused with bad credentials or a taken name, loses a task to
+//! another worker when it disconnects or goes silent past its lease (and
+//! the other worker's replay redoes nothing that had finished), cannot
+//! report for an attempt it lost, and hears of a cancel.
+
+mod support;
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use subtask::runtime::{Runtime, RuntimeConfig};
+use subtask::server::{ServerConfig, TaskSupport, TokenTable, ToolOutcome, ToolSpec, WorkerConfig, text_result};
+use support::http::{Client, child_ids, full_caps, serve};
+use tokio_tungstenite::tungstenite::Message;
+
+const TOKEN: &str = "worker-secret";
+
+/// A server taking workers (lease `lease_ms`), with one tool of its own,
+/// `double`.
+async fn server(lease_ms: u64) -> SocketAddr {
+    let mut workers = WorkerConfig::new(TokenTable::parse(&format!("{TOKEN} tests")).unwrap());
+    workers.lease = Duration::from_millis(lease_ms);
+    let config = ServerConfig {
+        workers: Some(workers),
+        ..ServerConfig::default()
+    };
+    let server = subtask::server::Server::builder(Runtime::new(RuntimeConfig::default()), config)
+        .tool(
+            ToolSpec::new(
+                "double",
+                "Doubles n",
+                json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+                TaskSupport::Optional,
+            ),
+            |call: subtask::server::ToolCall| async move {
+                let n = call.i64_arg("n").unwrap_or(0);
+                ToolOutcome::task(move |_ctx| async move { Ok(text_result((2 * n).to_string())) })
+            },
+        )
+        .build();
+    serve(server).await
+}
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A worker: the socket and the frames read but not yet taken.
+struct Worker {
+    ws: Socket,
+    unread: VecDeque<Value>,
+    next_ref: u64,
+}
+
+fn tool(name: &str, schema: Value) -> Value {
+    json!({"name": name, "description": format!("{name} (a worker tool)"), "inputSchema": schema})
+}
+
+fn any_object() -> Value {
+    json!({"type": "object"})
+}
+
+impl Worker {
+    /// Connects and says `hello`; returns the worker and the server's first
+    /// frame (`welcome` or `error`).
+    async fn hello(addr: SocketAddr, token: &str, capacity: u32, tools: Value) -> (Worker, Value) {
+        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/workers"))
+            .await
+            .expect("the WebSocket upgrade");
+        let mut w = Worker {
+            ws,
+            unread: VecDeque::new(),
+            next_ref: 1,
+        };
+        w.send(json!({"type": "hello", "protocol": 1, "token": token, "name": "rust-test",
+                      "capacity": capacity, "tools": tools}))
+            .await;
+        let first = w.read().await.expect("an answer to hello");
+        (w, first)
+    }
+
+    async fn connect(addr: SocketAddr, capacity: u32, tools: Value) -> Worker {
+        let (w, first) = Worker::hello(addr, TOKEN, capacity, tools).await;
+        assert_eq!(first["type"], "welcome", "{first}");
+        w
+    }
+
+    async fn send(&mut self, frame: Value) {
+        self.ws
+            .send(Message::text(frame.to_string()))
+            .await
+            .expect("a frame sent");
+    }
+
+    /// The next frame from the socket (`None` once closed), 10 s at most.
+    async fn read(&mut self) -> Option<Value> {
+        loop {
+            let next = tokio::time::timeout(Duration::from_secs(10), self.ws.next())
+                .await
+                .expect("a frame within 10 s");
+            match next? {
+                Ok(Message::Text(t)) => return Some(serde_json::from_str(t.as_str()).expect("JSON frames")),
+                Ok(Message::Close(_)) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// The first frame (read before or now) that `pred` accepts.
+    async fn take(&mut self, pred: impl Fn(&Value) -> bool) -> Value {
+        if let Some(i) = self.unread.iter().position(&pred) {
+            return self.unread.remove(i).unwrap();
+        }
+        loop {
+            let f = self.read().await.expect("the connection stays open");
+            if pred(&f) {
+                return f;
+            }
+            self.unread.push_back(f);
+        }
+    }
+
+    async fn assignment(&mut self, tool: &str) -> (String, u64, Value) {
+        let a = self.take(|f| f["type"] == "assign" && f["tool"] == tool).await;
+        (a["task"].as_str().unwrap().to_owned(), a["attempt"].as_u64().unwrap(), a)
+    }
+
+    /// Sends an act of `task`'s `attempt` and returns its reply.
+    async fn request(&mut self, task: &str, attempt: u64, mut frame: Value) -> Value {
+        let r = self.next_ref;
+        self.next_ref += 1;
+        frame["task"] = json!(task);
+        frame["attempt"] = json!(attempt);
+        frame["ref"] = json!(r);
+        self.send(frame).await;
+        self.take(|f| f["type"] == "reply" && f["ref"] == r).await
+    }
+
+    async fn result(&mut self, task: &str, attempt: u64, text: &str) {
+        self.send(json!({"type": "result", "task": task, "attempt": attempt,
+                         "result": {"content": [{"type": "text", "text": text}]}}))
+            .await;
+    }
+}
+
+fn text_of(result: &Value) -> String {
+    result["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_of_worker_subtasks_completes_in_order_with_a_server_tool_among_them() {
+    let addr = server(10_000).await;
+    let leaf_schema = json!({"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]});
+    let mut w = Worker::connect(addr, 8, json!([tool("parent", any_object()), tool("leaf", leaf_schema)])).await;
+    let client = Client::new(addr, full_caps());
+
+    // Worker tools are listed after the server's own.
+    let list = client.call("tools/list", json!({})).await;
+    let names: Vec<&str> = list["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["double", "parent", "leaf"], "{list}");
+    // Bad arguments never reach a worker: an isError result.
+    let bad = client.call("tools/call", json!({"name": "leaf", "arguments": {"word": 3}})).await;
+    assert_eq!(bad["isError"], true, "{bad}");
+
+    let root = client.start_task("parent", json!({})).await;
+    let (task, attempt, assign) = w.assignment("parent").await;
+    assert_eq!(task, root);
+    assert_eq!(assign["replay"], false);
+    let mut kids = Vec::new();
+    for word in ["alpha", "beta"] {
+        let r = w.request(&task, attempt, json!({"type": "spawn", "tool": "leaf", "arguments": {"word": word}})).await;
+        kids.push(r["ok"]["taskId"].as_str().expect("a subtask id").to_owned());
+    }
+    let r = w.request(&task, attempt, json!({"type": "spawn", "tool": "double", "arguments": {"n": 21}})).await;
+    kids.push(r["ok"]["taskId"].as_str().unwrap().to_owned());
+    // A spawn with bad arguments is refused, and spawns nothing.
+    let r = w.request(&task, attempt, json!({"type": "spawn", "tool": "leaf", "arguments": {}})).await;
+    assert_eq!(r["error"]["code"], "bad_arguments", "{r}");
+    let r = w.request(&task, attempt, json!({"type": "spawn", "tool": "nope", "arguments": {}})).await;
+    assert_eq!(r["error"]["code"], "unknown_tool", "{r}");
+    for _ in 0..2 {
+        let (leaf, a, assign) = w.assignment("leaf").await;
+        assert_eq!(assign["parent"], json!(root));
+        let word = assign["arguments"]["word"].as_str().unwrap().to_uppercase();
+        w.result(&leaf, a, &word).await;
+    }
+    let mut texts = Vec::new();
+    for kid in &kids {
+        let o = w.request(&task, attempt, json!({"type": "outcome", "child": kid})).await;
+        assert_eq!(o["ok"]["status"], "completed", "{o}");
+        texts.push(text_of(&o["ok"]["result"]));
+    }
+    assert_eq!(texts, ["ALPHA", "BETA", "42"]);
+    w.result(&task, attempt, &texts.join(" ")).await;
+    let done = client.until_status(&root, "completed").await;
+    assert_eq!(child_ids(&done), kids, "childTaskIds in spawn order");
+    assert_eq!(text_of(&done["result"]), "ALPHA BETA 42");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_credentials_and_taken_names_are_refused() {
+    let addr = server(10_000).await;
+    let (mut w, first) = Worker::hello(addr, "not-a-worker-token", 1, json!([tool("t", any_object())])).await;
+    assert_eq!(first["type"], "error");
+    assert_eq!(first["code"], "unauthorized", "{first}");
+    assert!(w.read().await.is_none(), "the connection closes after a refused hello");
+
+    let (_, first) = Worker::hello(addr, TOKEN, 1, json!([tool("double", any_object())])).await;
+    assert_eq!(first["code"], "bad_hello", "the server's own tool name: {first}");
+
+    let (_, first) = Worker::hello(addr, TOKEN, 1, json!([tool("bad name", any_object())])).await;
+    assert_eq!(first["code"], "bad_hello", "{first}");
+
+    let _held = Worker::connect(addr, 1, json!([tool("shared", any_object())])).await;
+    let other = json!([tool("shared", json!({"type": "object", "properties": {"x": {"type": "string"}}}))]);
+    let (_, first) = Worker::hello(addr, TOKEN, 1, other).await;
+    assert_eq!(first["code"], "bad_hello", "a served name with another schema: {first}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waits_working_until_a_worker_serving_the_tool_connects() {
+    let addr = server(10_000).await;
+    let client = Client::new(addr, full_caps());
+    // Unknown until a worker registers it.
+    let (_, e) = client.error("tools/call", json!({"name": "later", "arguments": {}})).await;
+    assert!(e["message"].as_str().unwrap().contains("unknown tool"), "{e}");
+    let w = Worker::connect(addr, 1, json!([tool("later", any_object())])).await;
+    drop(w);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let task = client.start_task("later", json!({})).await;
+    let t = client.until(&task, |t| t["statusMessage"].as_str().is_some_and(|m| m.contains("none connected"))).await;
+    assert_eq!(t["status"], "working", "{t}");
+    let mut w = Worker::connect(addr, 1, json!([tool("later", any_object())])).await;
+    let (id, attempt, _) = w.assignment("later").await;
+    assert_eq!(id, task);
+    w.result(&id, attempt, "finally").await;
+    let done = client.until_status(&task, "completed").await;
+    assert_eq!(text_of(&done["result"]), "finally");
+    assert!(done.get("statusMessage").is_none_or(Value::is_null), "the waiting message is gone: {done}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnected_workers_task_resumes_on_another_and_redoes_nothing_finished() {
+    let addr = server(10_000).await;
+    let tools = json!([tool("parent", any_object()), tool("leaf", any_object())]);
+    let mut first = Worker::connect(addr, 4, tools.clone()).await;
+    let client = Client::new(addr, full_caps());
+    let root = client.start_task("parent", json!({})).await;
+    let (task, a1, _) = first.assignment("parent").await;
+    let spawned = first.request(&task, a1, json!({"type": "spawn", "tool": "leaf", "arguments": {"i": 1}})).await;
+    let child = spawned["ok"]["taskId"].as_str().unwrap().to_owned();
+    let (leaf, la, _) = first.assignment("leaf").await;
+    first.result(&leaf, la, "leaf done").await;
+    let step = first.request(&task, a1, json!({"type": "step", "name": "search"})).await;
+    assert_eq!(step["ok"]["run"], true, "{step}");
+    let recorded = first
+        .request(&task, a1, json!({"type": "stepped", "act": step["ok"]["act"], "output": {"hits": 3}}))
+        .await;
+    assert_eq!(recorded["ok"], json!({}), "{recorded}");
+    // A second step begins and the worker dies while it runs.
+    let running = first.request(&task, a1, json!({"type": "step", "name": "summarize"})).await;
+    assert_eq!(running["ok"]["run"], true);
+    client.until(&child, |t| t["status"] == "completed").await;
+
+    let mut second = Worker::connect(addr, 4, tools).await;
+    drop(first);
+    let (again, a2, assign) = second.assignment("parent").await;
+    assert_eq!(again, task);
+    assert_eq!(a2, a1 + 1, "{assign}");
+    assert_eq!(assign["replay"], true);
+    let t = client.get(&root).await;
+    assert_eq!(t["status"], "working");
+    // The replay: the same subtask, the finished step's output, the step
+    // that was running runs again.
+    let r = second.request(&task, a2, json!({"type": "spawn", "tool": "leaf", "arguments": {"i": 1}})).await;
+    assert_eq!(r["ok"]["taskId"], json!(child), "the same subtask, not a new one: {r}");
+    let r = second.request(&task, a2, json!({"type": "step", "name": "search"})).await;
+    assert_eq!(r["ok"], json!({"done": true, "output": {"hits": 3}}));
+    let r = second.request(&task, a2, json!({"type": "step", "name": "summarize"})).await;
+    assert_eq!(r["ok"]["run"], true, "{r}");
+    let r = second
+        .request(&task, a2, json!({"type": "stepped", "act": r["ok"]["act"], "output": "short"}))
+        .await;
+    assert_eq!(r["ok"], json!({}));
+    let o = second.request(&task, a2, json!({"type": "outcome", "child": child})).await;
+    assert_eq!(text_of(&o["ok"]["result"]), "leaf done");
+    second.result(&task, a2, "resumed").await;
+    let done = client.until_status(&root, "completed").await;
+    assert_eq!(child_ids(&done), [child.clone()], "nothing appended twice");
+    assert_eq!(text_of(&done["result"]), "resumed");
+    // The leaf ran once: the second worker was never assigned it.
+    assert!(
+        !second.unread.iter().any(|f| f["type"] == "assign" && f["tool"] == "leaf"),
+        "{:?}",
+        second.unread
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_silent_past_its_lease_loses_its_task_and_its_reports_are_refused() {
+    let addr = server(600).await;
+    let tools = json!([tool("slow", any_object())]);
+    let mut stalled = Worker::connect(addr, 1, tools.clone()).await;
+    let client = Client::new(addr, full_caps());
+    let task = client.start_task("slow", json!({})).await;
+    let (_, a1, _) = stalled.assignment("slow").await;
+    let mut other = Worker::connect(addr, 1, tools).await;
+    // `stalled` sends nothing for longer than its lease.
+    let (again, a2, assign) = other.assignment("slow").await;
+    assert_eq!(again, task);
+    assert!(a2 > a1 && assign["replay"] == true, "{assign}");
+    // It wakes up: the server had revoked its attempt, and refuses it.
+    let revoke = stalled.take(|f| f["type"] == "revoke").await;
+    assert_eq!(revoke["attempt"], a1);
+    let r = stalled.request(&task, a1, json!({"type": "status", "message": "still here"})).await;
+    assert_eq!(r["error"]["code"], "stale_attempt", "{r}");
+    stalled.result(&task, a1, "stale").await;
+    let refused = stalled.take(|f| f["type"] == "error").await;
+    assert_eq!(refused["code"], "stale_attempt", "{refused}");
+    other.result(&task, a2, "current").await;
+    let done = client.until_status(&task, "completed").await;
+    assert_eq!(text_of(&done["result"]), "current");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_reaches_the_worker_and_steers_and_pause_reach_its_checkpoints() {
+    let addr = server(10_000).await;
+    let mut w = Worker::connect(addr, 2, json!([tool("long", any_object())])).await;
+    let client = Client::new(addr, full_caps());
+    let task = client.start_task("long", json!({})).await;
+    let (id, a, _) = w.assignment("long").await;
+    client.call("tasks/steer", json!({"taskId": task, "message": "focus on X"})).await;
+    let r = w.request(&id, a, json!({"type": "checkpoint"})).await;
+    assert_eq!(r["ok"]["steers"], json!(["focus on X"]));
+    let paused = client.call("tasks/pause", json!({"taskId": task})).await;
+    assert!(paused["status"] == "paused" || paused["status"] == "working", "{paused}");
+    // The checkpoint parks while paused, and returns at the resume.
+    w.send(json!({"type": "checkpoint", "task": id, "attempt": a, "ref": 900})).await;
+    client.until_status(&task, "paused").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!w.unread.iter().any(|f| f["ref"] == 900));
+    client.call("tasks/resume", json!({"taskId": task})).await;
+    let r = w.take(|f| f["type"] == "reply" && f["ref"] == 900).await;
+    assert_eq!(r["ok"]["steers"], json!([]), "{r}");
+    // Input: the task asks, a client answers, the handler gets it.
+    w.send(json!({"type": "input", "task": id, "attempt": a, "ref": 901, "key": "ok",
+                  "request": {"method": "elicitation/create", "params": {"message": "go on?",
+                   "requestedSchema": {"type": "object", "properties": {"go": {"type": "boolean"}}}}}}))
+        .await;
+    let t = client.until_status(&task, "input_required").await;
+    assert!(t["inputRequests"]["ok"].is_object(), "{t}");
+    client
+        .call("tasks/update", json!({"taskId": task, "inputResponses": {"ok": {"action": "accept", "content": {"go": true}}}}))
+        .await;
+    let r = w.take(|f| f["type"] == "reply" && f["ref"] == 901).await;
+    assert_eq!(r["ok"]["response"]["content"]["go"], true, "{r}");
+    client.call("tasks/cancel", json!({"taskId": task})).await;
+    let c = w.take(|f| f["type"] == "cancel").await;
+    assert_eq!(c["task"], json!(task));
+    assert_eq!(c["attempt"], a);
+    client.until_status(&task, "cancelled").await;
+}
