@@ -476,7 +476,11 @@ async fn serve(
         ..ServerConfig::default()
     };
     if let Some(w) = &config.workers {
-        tracing::info!(tokens = w.tokens.len(), lease_ms = w.lease.as_millis() as u64, "workers accepted at /workers (docs/workers.md)");
+        tracing::info!(
+            tokens = w.tokens.len(),
+            lease_ms = w.lease.as_millis() as u64,
+            "workers accepted at /workers (docs/workers.md)"
+        );
     }
     config.limits.max_live_tasks_per_principal = limits.max_live_per_principal;
     config.default_task_ttl_ms = Some(limits.task_ttl as u64 * 1000);

@@ -15,7 +15,9 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use subtask::runtime::{Runtime, RuntimeConfig};
-use subtask::server::{ServerConfig, TaskSupport, TokenTable, ToolOutcome, ToolSpec, WorkerConfig, text_result};
+use subtask::server::{
+    ServerConfig, TaskSupport, TokenTable, ToolOutcome, ToolSpec, WorkerConfig, text_result,
+};
 use support::http::{Client, child_ids, full_caps, serve};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -76,9 +78,11 @@ impl Worker {
             unread: VecDeque::new(),
             next_ref: 1,
         };
-        w.send(json!({"type": "hello", "protocol": 1, "token": token, "name": "rust-test",
-                      "capacity": capacity, "tools": tools}))
-            .await;
+        w.send(
+            json!({"type": "hello", "protocol": 1, "token": token, "name": "rust-test",
+                      "capacity": capacity, "tools": tools}),
+        )
+        .await;
         let first = w.read().await.expect("an answer to hello");
         (w, first)
     }
@@ -126,7 +130,11 @@ impl Worker {
 
     async fn assignment(&mut self, tool: &str) -> (String, u64, Value) {
         let a = self.take(|f| f["type"] == "assign" && f["tool"] == tool).await;
-        (a["task"].as_str().unwrap().to_owned(), a["attempt"].as_u64().unwrap(), a)
+        (
+            a["task"].as_str().unwrap().to_owned(),
+            a["attempt"].as_u64().unwrap(),
+            a,
+        )
     }
 
     /// Sends an act of `task`'s `attempt` and returns its reply.
@@ -148,22 +156,38 @@ impl Worker {
 }
 
 fn text_of(result: &Value) -> String {
-    result["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tree_of_worker_subtasks_completes_in_order_with_a_server_tool_among_them() {
     let addr = server(10_000).await;
-    let leaf_schema = json!({"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]});
-    let mut w = Worker::connect(addr, 8, json!([tool("parent", any_object()), tool("leaf", leaf_schema)])).await;
+    let leaf_schema =
+        json!({"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]});
+    let mut w = Worker::connect(
+        addr,
+        8,
+        json!([tool("parent", any_object()), tool("leaf", leaf_schema)]),
+    )
+    .await;
     let client = Client::new(addr, full_caps());
 
     // Worker tools are listed after the server's own.
     let list = client.call("tools/list", json!({})).await;
-    let names: Vec<&str> = list["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["double", "parent", "leaf"], "{list}");
     // Bad arguments never reach a worker: an isError result.
-    let bad = client.call("tools/call", json!({"name": "leaf", "arguments": {"word": 3}})).await;
+    let bad = client
+        .call("tools/call", json!({"name": "leaf", "arguments": {"word": 3}}))
+        .await;
     assert_eq!(bad["isError"], true, "{bad}");
 
     let root = client.start_task("parent", json!({})).await;
@@ -172,15 +196,39 @@ async fn a_tree_of_worker_subtasks_completes_in_order_with_a_server_tool_among_t
     assert_eq!(assign["replay"], false);
     let mut kids = Vec::new();
     for word in ["alpha", "beta"] {
-        let r = w.request(&task, attempt, json!({"type": "spawn", "tool": "leaf", "arguments": {"word": word}})).await;
+        let r = w
+            .request(
+                &task,
+                attempt,
+                json!({"type": "spawn", "tool": "leaf", "arguments": {"word": word}}),
+            )
+            .await;
         kids.push(r["ok"]["taskId"].as_str().expect("a subtask id").to_owned());
     }
-    let r = w.request(&task, attempt, json!({"type": "spawn", "tool": "double", "arguments": {"n": 21}})).await;
+    let r = w
+        .request(
+            &task,
+            attempt,
+            json!({"type": "spawn", "tool": "double", "arguments": {"n": 21}}),
+        )
+        .await;
     kids.push(r["ok"]["taskId"].as_str().unwrap().to_owned());
     // A spawn with bad arguments is refused, and spawns nothing.
-    let r = w.request(&task, attempt, json!({"type": "spawn", "tool": "leaf", "arguments": {}})).await;
+    let r = w
+        .request(
+            &task,
+            attempt,
+            json!({"type": "spawn", "tool": "leaf", "arguments": {}}),
+        )
+        .await;
     assert_eq!(r["error"]["code"], "bad_arguments", "{r}");
-    let r = w.request(&task, attempt, json!({"type": "spawn", "tool": "nope", "arguments": {}})).await;
+    let r = w
+        .request(
+            &task,
+            attempt,
+            json!({"type": "spawn", "tool": "nope", "arguments": {}}),
+        )
+        .await;
     assert_eq!(r["error"]["code"], "unknown_tool", "{r}");
     for _ in 0..2 {
         let (leaf, a, assign) = w.assignment("leaf").await;
@@ -190,7 +238,9 @@ async fn a_tree_of_worker_subtasks_completes_in_order_with_a_server_tool_among_t
     }
     let mut texts = Vec::new();
     for kid in &kids {
-        let o = w.request(&task, attempt, json!({"type": "outcome", "child": kid})).await;
+        let o = w
+            .request(&task, attempt, json!({"type": "outcome", "child": kid}))
+            .await;
         assert_eq!(o["ok"]["status"], "completed", "{o}");
         texts.push(text_of(&o["ok"]["result"]));
     }
@@ -207,7 +257,10 @@ async fn bad_credentials_and_taken_names_are_refused() {
     let (mut w, first) = Worker::hello(addr, "not-a-worker-token", 1, json!([tool("t", any_object())])).await;
     assert_eq!(first["type"], "error");
     assert_eq!(first["code"], "unauthorized", "{first}");
-    assert!(w.read().await.is_none(), "the connection closes after a refused hello");
+    assert!(
+        w.read().await.is_none(),
+        "the connection closes after a refused hello"
+    );
 
     let (_, first) = Worker::hello(addr, TOKEN, 1, json!([tool("double", any_object())])).await;
     assert_eq!(first["code"], "bad_hello", "the server's own tool name: {first}");
@@ -216,9 +269,15 @@ async fn bad_credentials_and_taken_names_are_refused() {
     assert_eq!(first["code"], "bad_hello", "{first}");
 
     let _held = Worker::connect(addr, 1, json!([tool("shared", any_object())])).await;
-    let other = json!([tool("shared", json!({"type": "object", "properties": {"x": {"type": "string"}}}))]);
+    let other = json!([tool(
+        "shared",
+        json!({"type": "object", "properties": {"x": {"type": "string"}}})
+    )]);
     let (_, first) = Worker::hello(addr, TOKEN, 1, other).await;
-    assert_eq!(first["code"], "bad_hello", "a served name with another schema: {first}");
+    assert_eq!(
+        first["code"], "bad_hello",
+        "a served name with another schema: {first}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,13 +285,21 @@ async fn a_call_waits_working_until_a_worker_serving_the_tool_connects() {
     let addr = server(10_000).await;
     let client = Client::new(addr, full_caps());
     // Unknown until a worker registers it.
-    let (_, e) = client.error("tools/call", json!({"name": "later", "arguments": {}})).await;
+    let (_, e) = client
+        .error("tools/call", json!({"name": "later", "arguments": {}}))
+        .await;
     assert!(e["message"].as_str().unwrap().contains("unknown tool"), "{e}");
     let w = Worker::connect(addr, 1, json!([tool("later", any_object())])).await;
     drop(w);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let task = client.start_task("later", json!({})).await;
-    let t = client.until(&task, |t| t["statusMessage"].as_str().is_some_and(|m| m.contains("none connected"))).await;
+    let t = client
+        .until(&task, |t| {
+            t["statusMessage"]
+                .as_str()
+                .is_some_and(|m| m.contains("none connected"))
+        })
+        .await;
     assert_eq!(t["status"], "working", "{t}");
     let mut w = Worker::connect(addr, 1, json!([tool("later", any_object())])).await;
     let (id, attempt, _) = w.assignment("later").await;
@@ -240,7 +307,10 @@ async fn a_call_waits_working_until_a_worker_serving_the_tool_connects() {
     w.result(&id, attempt, "finally").await;
     let done = client.until_status(&task, "completed").await;
     assert_eq!(text_of(&done["result"]), "finally");
-    assert!(done.get("statusMessage").is_none_or(Value::is_null), "the waiting message is gone: {done}");
+    assert!(
+        done.get("statusMessage").is_none_or(Value::is_null),
+        "the waiting message is gone: {done}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -251,18 +321,32 @@ async fn a_disconnected_workers_task_resumes_on_another_and_redoes_nothing_finis
     let client = Client::new(addr, full_caps());
     let root = client.start_task("parent", json!({})).await;
     let (task, a1, _) = first.assignment("parent").await;
-    let spawned = first.request(&task, a1, json!({"type": "spawn", "tool": "leaf", "arguments": {"i": 1}})).await;
+    let spawned = first
+        .request(
+            &task,
+            a1,
+            json!({"type": "spawn", "tool": "leaf", "arguments": {"i": 1}}),
+        )
+        .await;
     let child = spawned["ok"]["taskId"].as_str().unwrap().to_owned();
     let (leaf, la, _) = first.assignment("leaf").await;
     first.result(&leaf, la, "leaf done").await;
-    let step = first.request(&task, a1, json!({"type": "step", "name": "search"})).await;
+    let step = first
+        .request(&task, a1, json!({"type": "step", "name": "search"}))
+        .await;
     assert_eq!(step["ok"]["run"], true, "{step}");
     let recorded = first
-        .request(&task, a1, json!({"type": "stepped", "act": step["ok"]["act"], "output": {"hits": 3}}))
+        .request(
+            &task,
+            a1,
+            json!({"type": "stepped", "act": step["ok"]["act"], "output": {"hits": 3}}),
+        )
         .await;
     assert_eq!(recorded["ok"], json!({}), "{recorded}");
     // A second step begins and the worker dies while it runs.
-    let running = first.request(&task, a1, json!({"type": "step", "name": "summarize"})).await;
+    let running = first
+        .request(&task, a1, json!({"type": "step", "name": "summarize"}))
+        .await;
     assert_eq!(running["ok"]["run"], true);
     client.until(&child, |t| t["status"] == "completed").await;
 
@@ -276,17 +360,37 @@ async fn a_disconnected_workers_task_resumes_on_another_and_redoes_nothing_finis
     assert_eq!(t["status"], "working");
     // The replay: the same subtask, the finished step's output, the step
     // that was running runs again.
-    let r = second.request(&task, a2, json!({"type": "spawn", "tool": "leaf", "arguments": {"i": 1}})).await;
-    assert_eq!(r["ok"]["taskId"], json!(child), "the same subtask, not a new one: {r}");
-    let r = second.request(&task, a2, json!({"type": "step", "name": "search"})).await;
+    let r = second
+        .request(
+            &task,
+            a2,
+            json!({"type": "spawn", "tool": "leaf", "arguments": {"i": 1}}),
+        )
+        .await;
+    assert_eq!(
+        r["ok"]["taskId"],
+        json!(child),
+        "the same subtask, not a new one: {r}"
+    );
+    let r = second
+        .request(&task, a2, json!({"type": "step", "name": "search"}))
+        .await;
     assert_eq!(r["ok"], json!({"done": true, "output": {"hits": 3}}));
-    let r = second.request(&task, a2, json!({"type": "step", "name": "summarize"})).await;
+    let r = second
+        .request(&task, a2, json!({"type": "step", "name": "summarize"}))
+        .await;
     assert_eq!(r["ok"]["run"], true, "{r}");
     let r = second
-        .request(&task, a2, json!({"type": "stepped", "act": r["ok"]["act"], "output": "short"}))
+        .request(
+            &task,
+            a2,
+            json!({"type": "stepped", "act": r["ok"]["act"], "output": "short"}),
+        )
         .await;
     assert_eq!(r["ok"], json!({}));
-    let o = second.request(&task, a2, json!({"type": "outcome", "child": child})).await;
+    let o = second
+        .request(&task, a2, json!({"type": "outcome", "child": child}))
+        .await;
     assert_eq!(text_of(&o["ok"]["result"]), "leaf done");
     second.result(&task, a2, "resumed").await;
     let done = client.until_status(&root, "completed").await;
@@ -294,7 +398,10 @@ async fn a_disconnected_workers_task_resumes_on_another_and_redoes_nothing_finis
     assert_eq!(text_of(&done["result"]), "resumed");
     // The leaf ran once: the second worker was never assigned it.
     assert!(
-        !second.unread.iter().any(|f| f["type"] == "assign" && f["tool"] == "leaf"),
+        !second
+            .unread
+            .iter()
+            .any(|f| f["type"] == "assign" && f["tool"] == "leaf"),
         "{:?}",
         second.unread
     );
@@ -316,7 +423,9 @@ async fn a_worker_silent_past_its_lease_loses_its_task_and_its_reports_are_refus
     // It wakes up: the server had revoked its attempt, and refuses it.
     let revoke = stalled.take(|f| f["type"] == "revoke").await;
     assert_eq!(revoke["attempt"], a1);
-    let r = stalled.request(&task, a1, json!({"type": "status", "message": "still here"})).await;
+    let r = stalled
+        .request(&task, a1, json!({"type": "status", "message": "still here"}))
+        .await;
     assert_eq!(r["error"]["code"], "stale_attempt", "{r}");
     stalled.result(&task, a1, "stale").await;
     let refused = stalled.take(|f| f["type"] == "error").await;
@@ -333,13 +442,19 @@ async fn cancel_reaches_the_worker_and_steers_and_pause_reach_its_checkpoints() 
     let client = Client::new(addr, full_caps());
     let task = client.start_task("long", json!({})).await;
     let (id, a, _) = w.assignment("long").await;
-    client.call("tasks/steer", json!({"taskId": task, "message": "focus on X"})).await;
+    client
+        .call("tasks/steer", json!({"taskId": task, "message": "focus on X"}))
+        .await;
     let r = w.request(&id, a, json!({"type": "checkpoint"})).await;
     assert_eq!(r["ok"]["steers"], json!(["focus on X"]));
     let paused = client.call("tasks/pause", json!({"taskId": task})).await;
-    assert!(paused["status"] == "paused" || paused["status"] == "working", "{paused}");
+    assert!(
+        paused["status"] == "paused" || paused["status"] == "working",
+        "{paused}"
+    );
     // The checkpoint parks while paused, and returns at the resume.
-    w.send(json!({"type": "checkpoint", "task": id, "attempt": a, "ref": 900})).await;
+    w.send(json!({"type": "checkpoint", "task": id, "attempt": a, "ref": 900}))
+        .await;
     client.until_status(&task, "paused").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!w.unread.iter().any(|f| f["ref"] == 900));
@@ -347,14 +462,19 @@ async fn cancel_reaches_the_worker_and_steers_and_pause_reach_its_checkpoints() 
     let r = w.take(|f| f["type"] == "reply" && f["ref"] == 900).await;
     assert_eq!(r["ok"]["steers"], json!([]), "{r}");
     // Input: the task asks, a client answers, the handler gets it.
-    w.send(json!({"type": "input", "task": id, "attempt": a, "ref": 901, "key": "ok",
+    w.send(
+        json!({"type": "input", "task": id, "attempt": a, "ref": 901, "key": "ok",
                   "request": {"method": "elicitation/create", "params": {"message": "go on?",
-                   "requestedSchema": {"type": "object", "properties": {"go": {"type": "boolean"}}}}}}))
-        .await;
+                   "requestedSchema": {"type": "object", "properties": {"go": {"type": "boolean"}}}}}}),
+    )
+    .await;
     let t = client.until_status(&task, "input_required").await;
     assert!(t["inputRequests"]["ok"].is_object(), "{t}");
     client
-        .call("tasks/update", json!({"taskId": task, "inputResponses": {"ok": {"action": "accept", "content": {"go": true}}}}))
+        .call(
+            "tasks/update",
+            json!({"taskId": task, "inputResponses": {"ok": {"action": "accept", "content": {"go": true}}}}),
+        )
         .await;
     let r = w.take(|f| f["type"] == "reply" && f["ref"] == 901).await;
     assert_eq!(r["ok"]["response"]["content"]["go"], true, "{r}");

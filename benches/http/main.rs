@@ -29,7 +29,9 @@
 //! context lines starting with `#`. Run with `cargo bench --bench http`.
 //! `SUBTASK_HTTP_ONLY` runs a part: `1k`, `30k`, `100k`, `sqlite`, or
 //! `overhead` (the 1k figures of subtask and the axum floor, without the
-//! peer); `SUBTASK_HTTP_WINDOW_MS` sets the measurement window (3000).
+//! peer), `workers` (a worker tool through a worker speaking the worker
+//! protocol against the same tool in process, `worker.rs`);
+//! `SUBTASK_HTTP_WINDOW_MS` sets the measurement window (3000).
 
 /// The `subtask` binary's allocator (see `src/main.rs`), so the figures are
 /// the server's; `--no-default-features` measures with the system allocator.
@@ -52,7 +54,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use serde::Deserialize;
 use subtask::runtime::{Runtime, RuntimeConfig, TaskError};
 use subtask::server::{
-    Server, ServerConfig, ServerLimits, TaskSupport, ToolCall, ToolOutcome, ToolSpec, text_result,
+    Server, ServerConfig, ServerLimits, TaskSupport, ToolCall, ToolOutcome, ToolSpec, WorkerConfig,
+    text_result,
 };
 use subtask::store::{SqliteConfig, SqliteStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -93,11 +96,16 @@ const SUBTASK_THREADS: &str = "srv-subtask";
 const RMCP_THREADS: &str = "srv-rmcp";
 const AXUM_THREADS: &str = "srv-axum";
 const LOADGEN_THREADS: &str = "loadgen";
+/// The threads of the bench's worker (`worker.rs`): not the server's CPU.
+const WORKER_THREADS: &str = "benchworker";
+/// The worker token of subtask's server in this bench.
+const WORKER_TOKEN: &str = "bench-worker";
 
 mod client;
 mod figures;
 mod measure;
 mod servers;
+mod worker;
 mod workloads;
 
 #[allow(unused_imports)]
@@ -108,6 +116,8 @@ use figures::*;
 use measure::*;
 #[allow(unused_imports)]
 use servers::*;
+#[allow(unused_imports)]
+use worker::*;
 #[allow(unused_imports)]
 use workloads::*;
 
@@ -153,6 +163,9 @@ fn main() {
     }
     if only().as_deref() == Some("overhead") {
         memory_scale(&lg, 1000, false, "1k");
+    }
+    if runs("workers") {
+        workers_overhead(&lg);
     }
     if runs("30k") {
         memory_scale(&lg, 30_000, true, "30k");

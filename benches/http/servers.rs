@@ -99,6 +99,10 @@ pub(crate) fn start_subtask(store: &Store) -> Host {
                 ..ServerLimits::default()
             },
             default_task_ttl_ms: Some(TTL_MS),
+            // The bench's worker (`workers_overhead`) connects with it.
+            workers: Some(WorkerConfig::new(
+                subtask::server::TokenTable::parse(&format!("{WORKER_TOKEN} bench")).expect("a token line"),
+            )),
             ..ServerConfig::default()
         };
         let schema = serde_json::json!({"type": "object"});

@@ -101,14 +101,22 @@ pub(crate) fn measure(
 
 /// `tools/call` of `quick`, then `tasks/get` until it shows `completed`.
 pub(crate) fn call_complete_loop(gets: Arc<AtomicUsize>) -> impl Fn(usize, Conn, Instant) -> LoopFuture {
+    call_complete_loop_of("quick", gets)
+}
+
+/// [`call_complete_loop`] of tool `tool`.
+pub(crate) fn call_complete_loop_of(
+    tool: &'static str,
+    gets: Arc<AtomicUsize>,
+) -> impl Fn(usize, Conn, Instant) -> LoopFuture {
     move |_, mut conn, deadline| {
         let gets = gets.clone();
         Box::pin(async move {
             let mut stats = LoopStats::default();
-            let call = call_params("quick");
+            let call = call_params(tool);
             while Instant::now() < deadline {
                 let t0 = Instant::now();
-                let seed = conn.task("tools/call", "quick", &call).await;
+                let seed = conn.task("tools/call", tool, &call).await;
                 assert_eq!(seed.status, "working", "a new task's seed state");
                 let id = seed.task_id.into_owned();
                 let get = get_params(&id);

@@ -290,18 +290,42 @@ impl Collector for Scrape {
             use std::sync::atomic::Ordering::Relaxed;
             let (connected, running, waiting) = hub.load();
             let gauges = [
-                ("subtask_workers_connected", "Workers connected at /workers now.", connected),
-                ("subtask_worker_tasks_running", "Tasks assigned to a connected worker now.", running),
-                ("subtask_worker_tasks_waiting", "Worker-tool tasks waiting for a worker with a free slot.", waiting),
+                (
+                    "subtask_workers_connected",
+                    "Workers connected at /workers now.",
+                    connected,
+                ),
+                (
+                    "subtask_worker_tasks_running",
+                    "Tasks assigned to a connected worker now.",
+                    running,
+                ),
+                (
+                    "subtask_worker_tasks_waiting",
+                    "Worker-tool tasks waiting for a worker with a free slot.",
+                    waiting,
+                ),
             ];
             for (name, help, n) in gauges {
                 enc.encode_descriptor(name, help, None, MetricType::Gauge)?
                     .encode_gauge(&(n as u64))?;
             }
             let counters = [
-                ("subtask_worker_assignments", "Assignments of tasks to workers (a task assigned again after a worker's loss counts again).", &hub.stats.assignments),
-                ("subtask_worker_lease_losses", "Workers that went silent past their lease (their tasks assigned again).", &hub.stats.lease_losses),
-                ("subtask_worker_refused_reports", "Reports of an attempt that was no longer current, refused.", &hub.stats.refused_reports),
+                (
+                    "subtask_worker_assignments",
+                    "Assignments of tasks to workers (a task assigned again after a worker's loss counts again).",
+                    &hub.stats.assignments,
+                ),
+                (
+                    "subtask_worker_lease_losses",
+                    "Workers that went silent past their lease (their tasks assigned again).",
+                    &hub.stats.lease_losses,
+                ),
+                (
+                    "subtask_worker_refused_reports",
+                    "Reports of an attempt that was no longer current, refused.",
+                    &hub.stats.refused_reports,
+                ),
             ];
             for (name, help, n) in counters {
                 enc.encode_descriptor(name, help, None, MetricType::Counter)?

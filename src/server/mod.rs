@@ -48,11 +48,11 @@ pub use schema::{ArgumentError, ArgumentSchema, SchemaError, check_arguments};
 /// `#[schemars(crate = "subtask::server::schemars")]` to the type.
 pub use schemars;
 pub use session::Connection;
-pub use workers::WorkerConfig;
 pub use tool::{
     PromptSpec, RegisteredPrompt, RegisteredTool, TaskBody, TaskSupport, Tool, ToolCall, ToolOutcome,
     ToolSpec, elicitation, error_result, structured_result, text_result,
 };
+pub use workers::WorkerConfig;
 
 use crate::runtime::{RecoveryReport, Runtime};
 use crate::store::StoreError;

@@ -401,7 +401,11 @@ impl Hub {
                 format!(
                     "attempt {attempt} of task {task} is not current (attempt {} is{})",
                     slot.attempt,
-                    if slot.worker.is_some() { "" } else { " waiting for a worker" }
+                    if slot.worker.is_some() {
+                        ""
+                    } else {
+                        " waiting for a worker"
+                    }
                 ),
             ));
         }
@@ -416,7 +420,10 @@ impl Hub {
             && w.expired
         {
             w.expired = false;
-            tracing::info!(worker, "worker back after its lease ended: it gets new tasks again");
+            tracing::info!(
+                worker,
+                "worker back after its lease ended: it gets new tasks again"
+            );
             self.dispatch_worker(&mut st, worker);
         }
     }

@@ -237,7 +237,8 @@ impl Proxy {
                     (m, Some(p)) => {
                         let of = a.total.map(|t| format!("/{t}")).unwrap_or_default();
                         let m = m.unwrap_or_default();
-                        self.ctx.set_status_message(format!("{m} ({p}{of})").trim_start().to_owned());
+                        self.ctx
+                            .set_status_message(format!("{m} ({p}{of})").trim_start().to_owned());
                     }
                 }
                 target.send(Ok(json!({})));
@@ -281,7 +282,10 @@ impl Proxy {
                         drop(s);
                         target.send(Err(WireError::new(
                             "bad_frame",
-                            format!("step {} is not running (its output was recorded already)", r.args.act),
+                            format!(
+                                "step {} is not running (its output was recorded already)",
+                                r.args.act
+                            ),
                         )));
                     }
                 }
@@ -325,9 +329,14 @@ impl Proxy {
             }
             FromWorker::Pause(r) => {
                 let ctx = self.ctx.clone();
-                let reason = r.args.reason.unwrap_or_else(|| "paused by its handler".to_owned());
+                let reason = r
+                    .args
+                    .reason
+                    .unwrap_or_else(|| "paused by its handler".to_owned());
                 self.waiting_act("pause".to_owned(), target, async move {
-                    ctx.pause_self(reason).await.map(|steers| json!({"steers": steers}))
+                    ctx.pause_self(reason)
+                        .await
+                        .map(|steers| json!({"steers": steers}))
                 })
             }
             FromWorker::Input(r) => {
@@ -379,8 +388,10 @@ impl Proxy {
                             }
                         }
                     };
-                    let done: Result<Value, WireError> =
-                        ctx.step(&name, work).await.map_err(|e| WireError::of_task_error(&e));
+                    let done: Result<Value, WireError> = ctx
+                        .step(&name, work)
+                        .await
+                        .map_err(|e| WireError::of_task_error(&e));
                     let mut s = c.inner.lock();
                     let ran = matches!(s.phase, StepPhase::Running);
                     s.phase = StepPhase::Done(done.clone());
@@ -420,7 +431,8 @@ impl Proxy {
             ActKind::Waiting(shared) => {
                 let shared = shared.clone();
                 let target = target.clone();
-                self.pending.push(Box::pin(async move { target.send(shared.await) }));
+                self.pending
+                    .push(Box::pin(async move { target.send(shared.await) }));
             }
             ActKind::Step(cell) => {
                 let mut s = cell.inner.lock();
@@ -496,7 +508,9 @@ impl Proxy {
             ToolOutcome::InputRequired { .. } => {
                 return Err(WireError::new(
                     "rejected",
-                    format!("tool {tool:?} asks for client input before it starts, which a subtask cannot give"),
+                    format!(
+                        "tool {tool:?} asks for client input before it starts, which a subtask cannot give"
+                    ),
                 ));
             }
             ToolOutcome::Error(e) => return Err(WireError::new("rejected", e.message)),

@@ -21,7 +21,10 @@ use crate::server::http_base::AppState;
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The `/workers` route: 404 when the server takes no workers.
-pub(crate) async fn route(State(state): State<AppState>, upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>) -> Response {
+pub(crate) async fn route(
+    State(state): State<AppState>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
     let Some(hub) = state.server.inner.workers.clone() else {
         return StatusCode::NOT_FOUND.into_response();
     };
@@ -79,7 +82,10 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket) {
         let frame = match next {
             Some(Ok(Message::Text(t))) => t,
             Some(Ok(Message::Binary(_))) => {
-                let _ = out.send(text(wire::error(&WireError::new("bad_frame", "frames are JSON text frames"))));
+                let _ = out.send(text(wire::error(&WireError::new(
+                    "bad_frame",
+                    "frames are JSON text frames",
+                ))));
                 continue;
             }
             Some(Ok(Message::Ping(_) | Message::Pong(_))) => {
@@ -128,11 +134,16 @@ async fn hello(
 ) -> Result<u64, WireError> {
     let first = match tokio::time::timeout(HELLO_TIMEOUT, stream.next()).await {
         Ok(Some(Ok(Message::Text(t)))) => t,
-        Ok(_) => return Err(WireError::new("bad_hello", "the first frame must be a `hello` text frame")),
+        Ok(_) => {
+            return Err(WireError::new(
+                "bad_hello",
+                "the first frame must be a `hello` text frame",
+            ));
+        }
         Err(_) => return Err(WireError::new("bad_hello", "no `hello` within 10 s")),
     };
-    let value: serde_json::Value =
-        serde_json::from_str(first.as_str()).map_err(|e| WireError::new("bad_hello", format!("not JSON: {e}")))?;
+    let value: serde_json::Value = serde_json::from_str(first.as_str())
+        .map_err(|e| WireError::new("bad_hello", format!("not JSON: {e}")))?;
     if value.get("type").and_then(serde_json::Value::as_str) != Some("hello") {
         return Err(WireError::new("bad_hello", "the first frame must be a `hello`"));
     }
@@ -144,7 +155,11 @@ async fn hello(
     if hello.protocol != wire::PROTOCOL {
         return Err(WireError::new(
             "bad_hello",
-            format!("protocol {} is not supported (this server speaks {})", hello.protocol, wire::PROTOCOL),
+            format!(
+                "protocol {} is not supported (this server speaks {})",
+                hello.protocol,
+                wire::PROTOCOL
+            ),
         ));
     }
     if hello.capacity == 0 {
