@@ -4,7 +4,9 @@
 //! tool), is refused with bad credentials or a taken name, loses a task to
 //! another worker when it disconnects or goes silent past its lease (and
 //! the other worker's replay redoes nothing that had finished), cannot
-//! report for an attempt it lost, and hears of a cancel.
+//! report for an attempt it lost, and hears of a cancel; and a worker tree
+//! on a SQLite database resumes after the `subtask serve` process is
+//! killed (SIGKILL) and started again, with nothing finished redone.
 
 mod support;
 
@@ -19,6 +21,8 @@ use subtask::server::{
     ServerConfig, TaskSupport, TokenTable, ToolOutcome, ToolSpec, WorkerConfig, text_result,
 };
 use support::http::{Client, child_ids, full_caps, serve};
+use support::process::{ServerProcess, private_binary};
+use support::tempdir::TempDir;
 use tokio_tungstenite::tungstenite::Message;
 
 const TOKEN: &str = "worker-secret";
@@ -483,4 +487,60 @@ async fn cancel_reaches_the_worker_and_steers_and_pause_reach_its_checkpoints() 
     assert_eq!(c["task"], json!(task));
     assert_eq!(c["attempt"], a);
     client.until_status(&task, "cancelled").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_server_kill_a_worker_tree_resumes_from_its_journal_and_redoes_nothing_finished() {
+    let dir = TempDir::new("workers-restart");
+    let bin = private_binary(&dir.0);
+    let args: Vec<String> = vec![
+        "--db".into(),
+        dir.db().display().to_string(),
+        "--worker-token".into(),
+        TOKEN.into(),
+    ];
+    let log = dir.0.join("server.log");
+    let first = ServerProcess::start(&bin, &args, &log, Duration::from_secs(60)).await.expect("the server starts");
+    let tools = json!([tool("parent", any_object()), tool("leaf", any_object())]);
+    let mut w = Worker::connect(first.addr(), 4, tools.clone()).await;
+    let client = Client::new(first.addr(), full_caps());
+    let root = client.start_task("parent", json!({"topic": "rust"})).await;
+    let (task, a, _) = w.assignment("parent").await;
+    let r = w.request(&task, a, json!({"type": "spawn", "tool": "leaf", "arguments": {"i": 1}})).await;
+    let child = r["ok"]["taskId"].as_str().unwrap().to_owned();
+    let (leaf, la, _) = w.assignment("leaf").await;
+    w.result(&leaf, la, "leaf done").await;
+    client.until_status(&child, "completed").await;
+    let step = w.request(&task, a, json!({"type": "step", "name": "search"})).await;
+    w.request(&task, a, json!({"type": "stepped", "act": step["ok"]["act"], "output": {"hits": 3}})).await;
+    client.call("tasks/steer", json!({"taskId": root, "message": "before the crash"})).await;
+    let r = w.request(&task, a, json!({"type": "checkpoint"})).await;
+    assert_eq!(r["ok"]["steers"], json!(["before the crash"]));
+    assert!(first.kill(), "SIGKILL the server");
+    first.wait();
+    drop(w);
+
+    let second = ServerProcess::start(&bin, &args, &log, Duration::from_secs(60)).await.expect("the server starts again");
+    let client = Client::new(second.addr(), full_caps());
+    let t = client.get(&root).await;
+    assert_eq!(t["status"], "working", "{t}");
+    let mut w = Worker::connect(second.addr(), 4, tools).await;
+    let (again, a, assign) = w.assignment("parent").await;
+    assert_eq!(again, root);
+    assert_eq!(assign["replay"], true, "{assign}");
+    assert_eq!(assign["arguments"], json!({"topic": "rust"}));
+    let r = w.request(&task, a, json!({"type": "spawn", "tool": "leaf", "arguments": {"i": 1}})).await;
+    assert_eq!(r["ok"]["taskId"], json!(child), "the finished subtask, not a new one: {r}");
+    let r = w.request(&task, a, json!({"type": "step", "name": "search"})).await;
+    assert_eq!(r["ok"], json!({"done": true, "output": {"hits": 3}}), "the step is not run again");
+    let r = w.request(&task, a, json!({"type": "checkpoint"})).await;
+    assert_eq!(r["ok"]["steers"], json!(["before the crash"]), "the same steer at the same place");
+    let o = w.request(&task, a, json!({"type": "outcome", "child": child})).await;
+    assert_eq!(text_of(&o["ok"]["result"]), "leaf done");
+    w.result(&task, a, "resumed").await;
+    let done = client.until_status(&root, "completed").await;
+    assert_eq!(child_ids(&done), [child], "nothing appended twice");
+    assert_eq!(text_of(&done["result"]), "resumed");
+    assert!(!w.unread.iter().any(|f| f["type"] == "assign" && f["tool"] == "leaf"), "{:?}", w.unread);
+    second.kill();
 }
