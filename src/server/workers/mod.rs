@@ -129,6 +129,7 @@ pub(crate) enum ToProxy {
     /// Assigned to a worker as `attempt`; replies go to `out`.
     Assigned {
         attempt: u32,
+        worker: Arc<str>,
         out: mpsc::UnboundedSender<Message>,
     },
     /// The attempt ended without a result (the worker left or lost its
@@ -544,6 +545,7 @@ impl Hub {
             // The proxy hears of the attempt before any of its frames.
             let _ = slot.to_proxy.send(ToProxy::Assigned {
                 attempt: slot.attempt,
+                worker: w.name.clone(),
                 out: w.out.clone(),
             });
             slot.replay = true;

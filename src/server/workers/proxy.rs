@@ -113,6 +113,8 @@ struct Proxy {
     out: Option<mpsc::UnboundedSender<Message>>,
     children: HashMap<TaskId, SubtaskHandle>,
     pending: FuturesUnordered<BoxFuture<'static, ()>>,
+    /// The current attempt's span.
+    span: tracing::Span,
 }
 
 enum Event {
@@ -154,6 +156,7 @@ async fn run(hub: Arc<Hub>, tool: Arc<str>, arguments: JsonObject, ctx: TaskCont
         out: None,
         children: HashMap::new(),
         pending: FuturesUnordered::new(),
+        span: tracing::Span::none(),
     };
     loop {
         // The worker does the work: the handler's scheduler slot is given
@@ -180,7 +183,15 @@ async fn run(hub: Arc<Hub>, tool: Arc<str>, arguments: JsonObject, ctx: TaskCont
                     "the worker hub let go of this task",
                 ));
             }
-            Event::Hub(Some(ToProxy::Assigned { attempt, out })) => {
+            Event::Hub(Some(ToProxy::Assigned { attempt, worker, out })) => {
+                // A span per attempt, inside the task's: which worker ran
+                // it, and for how long (closed when the attempt ends).
+                p.span = tracing::info_span!(
+                    "worker attempt",
+                    subtask.worker = %worker,
+                    subtask.attempt = attempt,
+                    otel.name = %format_args!("worker attempt {attempt}"),
+                );
                 p.attempt = attempt;
                 p.cursor = 0;
                 p.current.store(attempt, Ordering::Release);
@@ -190,6 +201,8 @@ async fn run(hub: Arc<Hub>, tool: Arc<str>, arguments: JsonObject, ctx: TaskCont
                 }
             }
             Event::Hub(Some(ToProxy::Lost { why })) => {
+                tracing::info!(parent: &p.span, reason = %why, "worker attempt lost");
+                p.span = tracing::Span::none();
                 p.current.store(0, Ordering::Release);
                 p.out = None;
                 shown = true;
