@@ -24,6 +24,10 @@ use support::http::{Client, child_ids, full_caps, serve};
 use support::process::{ServerProcess, private_binary};
 use support::tempdir::TempDir;
 use tokio_tungstenite::tungstenite::Message;
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+#[path = "support/span_fields.rs"]
+mod span_fields;
 
 const TOKEN: &str = "worker-secret";
 
@@ -398,7 +402,11 @@ async fn a_disconnected_workers_task_resumes_on_another_and_redoes_nothing_finis
     assert_eq!(text_of(&o["ok"]["result"]), "leaf done");
     second.result(&task, a2, "resumed").await;
     let done = client.until_status(&root, "completed").await;
-    assert_eq!(child_ids(&done), [child.clone()], "nothing appended twice");
+    assert_eq!(
+        child_ids(&done),
+        std::slice::from_ref(&child),
+        "nothing appended twice"
+    );
     assert_eq!(text_of(&done["result"]), "resumed");
     // The leaf ran once: the second worker was never assigned it.
     assert!(
@@ -500,27 +508,49 @@ async fn after_a_server_kill_a_worker_tree_resumes_from_its_journal_and_redoes_n
         TOKEN.into(),
     ];
     let log = dir.0.join("server.log");
-    let first = ServerProcess::start(&bin, &args, &log, Duration::from_secs(60)).await.expect("the server starts");
+    let first = ServerProcess::start(&bin, &args, &log, Duration::from_secs(60))
+        .await
+        .expect("the server starts");
     let tools = json!([tool("parent", any_object()), tool("leaf", any_object())]);
     let mut w = Worker::connect(first.addr(), 4, tools.clone()).await;
     let client = Client::new(first.addr(), full_caps());
     let root = client.start_task("parent", json!({"topic": "rust"})).await;
     let (task, a, _) = w.assignment("parent").await;
-    let r = w.request(&task, a, json!({"type": "spawn", "tool": "leaf", "arguments": {"i": 1}})).await;
+    let r = w
+        .request(
+            &task,
+            a,
+            json!({"type": "spawn", "tool": "leaf", "arguments": {"i": 1}}),
+        )
+        .await;
     let child = r["ok"]["taskId"].as_str().unwrap().to_owned();
     let (leaf, la, _) = w.assignment("leaf").await;
     w.result(&leaf, la, "leaf done").await;
     client.until_status(&child, "completed").await;
-    let step = w.request(&task, a, json!({"type": "step", "name": "search"})).await;
-    w.request(&task, a, json!({"type": "stepped", "act": step["ok"]["act"], "output": {"hits": 3}})).await;
-    client.call("tasks/steer", json!({"taskId": root, "message": "before the crash"})).await;
+    let step = w
+        .request(&task, a, json!({"type": "step", "name": "search"}))
+        .await;
+    w.request(
+        &task,
+        a,
+        json!({"type": "stepped", "act": step["ok"]["act"], "output": {"hits": 3}}),
+    )
+    .await;
+    client
+        .call(
+            "tasks/steer",
+            json!({"taskId": root, "message": "before the crash"}),
+        )
+        .await;
     let r = w.request(&task, a, json!({"type": "checkpoint"})).await;
     assert_eq!(r["ok"]["steers"], json!(["before the crash"]));
     assert!(first.kill(), "SIGKILL the server");
     first.wait();
     drop(w);
 
-    let second = ServerProcess::start(&bin, &args, &log, Duration::from_secs(60)).await.expect("the server starts again");
+    let second = ServerProcess::start(&bin, &args, &log, Duration::from_secs(60))
+        .await
+        .expect("the server starts again");
     let client = Client::new(second.addr(), full_caps());
     let t = client.get(&root).await;
     assert_eq!(t["status"], "working", "{t}");
@@ -529,18 +559,178 @@ async fn after_a_server_kill_a_worker_tree_resumes_from_its_journal_and_redoes_n
     assert_eq!(again, root);
     assert_eq!(assign["replay"], true, "{assign}");
     assert_eq!(assign["arguments"], json!({"topic": "rust"}));
-    let r = w.request(&task, a, json!({"type": "spawn", "tool": "leaf", "arguments": {"i": 1}})).await;
-    assert_eq!(r["ok"]["taskId"], json!(child), "the finished subtask, not a new one: {r}");
-    let r = w.request(&task, a, json!({"type": "step", "name": "search"})).await;
-    assert_eq!(r["ok"], json!({"done": true, "output": {"hits": 3}}), "the step is not run again");
+    let r = w
+        .request(
+            &task,
+            a,
+            json!({"type": "spawn", "tool": "leaf", "arguments": {"i": 1}}),
+        )
+        .await;
+    assert_eq!(
+        r["ok"]["taskId"],
+        json!(child),
+        "the finished subtask, not a new one: {r}"
+    );
+    let r = w
+        .request(&task, a, json!({"type": "step", "name": "search"}))
+        .await;
+    assert_eq!(
+        r["ok"],
+        json!({"done": true, "output": {"hits": 3}}),
+        "the step is not run again"
+    );
     let r = w.request(&task, a, json!({"type": "checkpoint"})).await;
-    assert_eq!(r["ok"]["steers"], json!(["before the crash"]), "the same steer at the same place");
-    let o = w.request(&task, a, json!({"type": "outcome", "child": child})).await;
+    assert_eq!(
+        r["ok"]["steers"],
+        json!(["before the crash"]),
+        "the same steer at the same place"
+    );
+    let o = w
+        .request(&task, a, json!({"type": "outcome", "child": child}))
+        .await;
     assert_eq!(text_of(&o["ok"]["result"]), "leaf done");
     w.result(&task, a, "resumed").await;
     let done = client.until_status(&root, "completed").await;
     assert_eq!(child_ids(&done), [child], "nothing appended twice");
     assert_eq!(text_of(&done["result"]), "resumed");
-    assert!(!w.unread.iter().any(|f| f["type"] == "assign" && f["tool"] == "leaf"), "{:?}", w.unread);
+    assert!(
+        !w.unread
+            .iter()
+            .any(|f| f["type"] == "assign" && f["tool"] == "leaf"),
+        "{:?}",
+        w.unread
+    );
     second.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_tool_on_the_2025_11_25_tasks_wire() {
+    let addr = server(10_000).await;
+    let mut w = Worker::connect(
+        addr,
+        1,
+        json!([{"name": "legacy_w", "description": "d", "inputSchema": any_object(), "taskSupport": "required"}]),
+    )
+    .await;
+    let headers = vec![
+        ("Content-Type", "application/json".to_owned()),
+        ("Accept", "application/json, text/event-stream".to_owned()),
+        ("MCP-Protocol-Version", "2025-11-25".to_owned()),
+    ];
+    let send = |method: &str, params: Value| {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+        let headers = headers.clone();
+        async move {
+            let r = support::http::raw(addr, "POST", &headers, body.as_bytes()).await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            r.json()
+        }
+    };
+    let list = send("tools/list", json!({})).await;
+    let listed = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "legacy_w")
+        .cloned();
+    assert_eq!(
+        listed.expect("listed")["execution"]["taskSupport"],
+        "required",
+        "{list}"
+    );
+    // Required: a call without `params.task` is refused as for any tool.
+    let refused = send("tools/call", json!({"name": "legacy_w", "arguments": {}})).await;
+    assert_eq!(refused["error"]["code"], -32601, "{refused}");
+    let created = send(
+        "tools/call",
+        json!({"name": "legacy_w", "arguments": {}, "task": {"ttl": 60000}}),
+    )
+    .await;
+    let id = created["result"]["task"]["taskId"]
+        .as_str()
+        .expect("a CreateTaskResult")
+        .to_owned();
+    let (task, a, _) = w.assignment("legacy_w").await;
+    assert_eq!(task, id);
+    w.result(&task, a, "legacy ok").await;
+    let result = send("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(text_of(&result["result"]), "legacy ok", "{result}");
+}
+
+/// `task` and `worker attempt` spans: (id, parent id, name, fields), and
+/// the ids of the spans closed.
+/// A span made: its id, its parent's, its name and fields.
+type Made = (
+    u64,
+    Option<u64>,
+    String,
+    std::collections::HashMap<String, String>,
+);
+
+#[derive(Clone, Default)]
+struct SpanLog {
+    made: std::sync::Arc<std::sync::Mutex<Vec<Made>>>,
+    closed: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+impl<S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>> Layer<S> for SpanLog {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: Context<'_, S>,
+    ) {
+        let name = attrs.metadata().name();
+        if name == "task" || name == "worker attempt" {
+            let mut fields = std::collections::HashMap::new();
+            attrs.record(&mut span_fields::Fields(&mut fields));
+            let parent = ctx.span(id).and_then(|s| s.parent()).map(|p| p.id().into_u64());
+            self.made
+                .lock()
+                .unwrap()
+                .push((id.into_u64(), parent, name.to_owned(), fields));
+        }
+    }
+
+    fn on_close(&self, id: tracing::span::Id, _: Context<'_, S>) {
+        self.closed.lock().unwrap().push(id.into_u64());
+    }
+}
+
+// Current-thread runtime: the server's handlers run on this thread, under
+// the subscriber set here.
+#[tokio::test]
+async fn each_worker_attempt_is_a_span_inside_its_tasks_span() {
+    let log = SpanLog::default();
+    let _guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(log.clone()));
+    let addr = server(10_000).await;
+    let mut first = Worker::connect(addr, 1, json!([tool("traced", any_object())])).await;
+    let client = Client::new(addr, full_caps());
+    let task = client.start_task("traced", json!({})).await;
+    let (_, a1, _) = first.assignment("traced").await;
+    let mut second = Worker::connect(addr, 1, json!([tool("traced", any_object())])).await;
+    drop(first);
+    let (_, a2, _) = second.assignment("traced").await;
+    second.result(&task, a2, "traced").await;
+    client.until_status(&task, "completed").await;
+    let made = log.made.lock().unwrap().clone();
+    let task_span = made
+        .iter()
+        .find(|(_, _, name, f)| name == "task" && f.get("subtask.task_id") == Some(&task))
+        .expect("the task's span");
+    let attempts: Vec<_> = made
+        .iter()
+        .filter(|(_, _, name, _)| name == "worker attempt")
+        .collect();
+    assert_eq!(attempts.len(), 2, "one span per attempt: {attempts:?}");
+    for ((id, parent, _, fields), attempt) in attempts.iter().zip([a1, a2]) {
+        assert_eq!(*parent, Some(task_span.0), "inside the task's span");
+        assert_eq!(fields["subtask.attempt"], attempt.to_string());
+        assert_eq!(fields["subtask.worker"], "tests/rust-test");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            log.closed.lock().unwrap().contains(id),
+            "the attempt's span is closed"
+        );
+    }
 }

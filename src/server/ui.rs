@@ -283,7 +283,20 @@ async fn trees(
     let (page, next) = server
         .runtime()
         .recent_trees(&owner, before, limit, MAX_SCAN, keep);
-    let tools: Vec<&str> = server.inner.tools.iter().map(|t| t.spec.name.as_str()).collect();
+    // The server's tools, then those workers registered (the filter's list).
+    let worker_tools = server
+        .inner
+        .workers
+        .as_ref()
+        .map(|hub| hub.specs())
+        .unwrap_or_default();
+    let tools: Vec<&str> = server
+        .inner
+        .tools
+        .iter()
+        .map(|t| t.spec.name.as_str())
+        .chain(worker_tools.iter().map(|s| s.name.as_str()))
+        .collect();
     json_answer(
         StatusCode::OK,
         &json!({

@@ -332,32 +332,13 @@ impl Hub {
         Ok(id)
     }
 
-    /// A proxy starts: the task waits for a worker serving `tool`.
-    fn enqueue(
-        &self,
-        task: TaskId,
-        root: TaskId,
-        parent: Option<TaskId>,
-        tool: Arc<str>,
-        arguments: JsonObject,
-        replay: bool,
-        to_proxy: mpsc::UnboundedSender<ToProxy>,
-    ) -> Option<String> {
+    /// A proxy starts: the task waits for a worker serving its tool.
+    /// Returns the status message to show while it waits (`None` when a
+    /// worker took it at once).
+    fn enqueue(&self, task: TaskId, slot: Slot) -> Option<String> {
         let mut st = self.state.lock();
-        st.tasks.insert(
-            task,
-            Slot {
-                tool: tool.clone(),
-                root,
-                parent,
-                arguments,
-                attempt: 0,
-                replay,
-                worker: None,
-                queued: true,
-                to_proxy,
-            },
-        );
+        let (tool, root) = (slot.tool.clone(), slot.root);
+        st.tasks.insert(task, slot);
         st.queues.entry(tool.clone()).or_default().push(root, task);
         self.dispatch_tool(&mut st, &tool);
         waiting_message(&st, &tool, task)

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::wire::{self, FromWorker, WireError};
-use super::{Hub, ToProxy, text};
+use super::{Hub, Slot, ToProxy, text};
 use crate::model::{ErrorCode, ErrorObject, JsonObject, TaskId};
 use crate::runtime::{HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError};
 use crate::server::tool::{ToolCall, ToolOutcome};
@@ -128,12 +128,17 @@ async fn run(hub: Arc<Hub>, tool: Arc<str>, arguments: JsonObject, ctx: TaskCont
     let task = ctx.task_id();
     let waiting = hub.enqueue(
         task,
-        ctx.root_task_id(),
-        ctx.parent_task_id(),
-        tool,
-        arguments,
-        ctx.is_rerun(),
-        tx,
+        Slot {
+            tool,
+            root: ctx.root_task_id(),
+            parent: ctx.parent_task_id(),
+            arguments,
+            attempt: 0,
+            replay: ctx.is_rerun(),
+            worker: None,
+            queued: true,
+            to_proxy: tx,
+        },
     );
     let mut registration = Registration {
         hub: hub.clone(),
