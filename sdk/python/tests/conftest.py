@@ -1,0 +1,79 @@
+"""Fixtures: a real `subtask serve` per test, workers in threads or
+subprocesses, all stopped at the end of the test. SUBTASK_BIN is required."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+from support import Server, WorkerProcess, WorkerThread
+
+from subtask_worker import Worker
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = os.environ.get("SUBTASK_BIN")
+    if not path:
+        raise pytest.UsageError(
+            "SUBTASK_BIN is not set: the suite runs against a real `subtask serve`; "
+            "build it (cargo build) and run SUBTASK_BIN=target/debug/subtask sdk/python/test.sh"
+        )
+    if not os.access(path, os.X_OK):
+        raise pytest.UsageError(f"SUBTASK_BIN={path} is not an executable file")
+    logging.getLogger("subtask_worker").setLevel(logging.INFO)
+
+
+@pytest.fixture
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
+    s = Server(tmp_path)
+    yield s
+    s.stop()
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        print(f"--- server log ({s.log_path}) ---\n{s.log()}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call":
+        item.rep_call = rep  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def start_worker(server: Server) -> Iterator[Callable[[Worker], WorkerThread]]:
+    """Runs a Worker on a thread of this process until the test ends."""
+    threads: list[WorkerThread] = []
+
+    def start(worker: Worker) -> WorkerThread:
+        t = WorkerThread(worker)
+        threads.append(t)
+        t.wait_ready()
+        return t
+
+    yield start
+    for t in threads:
+        t.stop()
+
+
+@pytest.fixture
+def start_process(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., WorkerProcess]]:
+    """Runs a Python script (a worker) as a subprocess until the test ends."""
+    procs: list[WorkerProcess] = []
+
+    def start(script: Path, *args: str, name: str = "worker") -> WorkerProcess:
+        p = WorkerProcess(script, list(args), tmp_path / f"{name}.log")
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        p.stop()
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        for p in procs:
+            print(f"--- {p.log_path.name} ---\n{p.log()[-4000:]}")
