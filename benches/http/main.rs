@@ -166,6 +166,7 @@ fn main() {
     }
     if runs("workers") {
         workers_overhead(&lg);
+        python_workers(&lg);
     }
     if runs("30k") {
         memory_scale(&lg, 30_000, true, "30k");

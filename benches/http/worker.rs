@@ -151,3 +151,75 @@ pub(crate) fn workers_overhead(lg: &tokio::runtime::Runtime) {
     drop(host);
     worker.shutdown_timeout(Duration::from_secs(2));
 }
+
+/// `python_worker_call_complete`: the same loop through one Python worker
+/// process (`benches/workers/python_worker.py`, the SDK in `sdk/python`),
+/// run with the venv `sdk/python/test.sh` makes (or
+/// `SUBTASK_WORKERS_PYTHON`). Skipped, saying why, when that interpreter
+/// is missing.
+pub(crate) fn python_workers(lg: &tokio::runtime::Runtime) {
+    let python = std::env::var("SUBTASK_WORKERS_PYTHON").unwrap_or_else(|_| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/.cache/workers/venv/bin/python").to_owned()
+    });
+    if !std::path::Path::new(&python).exists() {
+        println!(
+            "# python_worker_call_complete: skipped: no Python with the SDK at {python} (run sdk/python/test.sh \
+             once, or set SUBTASK_WORKERS_PYTHON)"
+        );
+        return;
+    }
+    let host = start_subtask(&Store::Memory);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/workers/python_worker.py");
+    let mut child = std::process::Command::new(&python)
+        .args([
+            script,
+            "--url",
+            &format!("ws://{}/workers", host.addr),
+            "--token",
+            WORKER_TOKEN,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the Python worker");
+    // It prints `ready` once welcomed (its tool registered).
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("its stdout")),
+        &mut line,
+    )
+    .expect("the Python worker's first line");
+    assert_eq!(line.trim(), "ready", "the Python worker did not start");
+    let mut pool = Pool::open(lg, host.addr, LOOPS);
+    let gets = Arc::new(AtomicUsize::new(0));
+    let mut tally = Tally::default();
+    measure(
+        lg,
+        &host,
+        &mut pool,
+        LOOPS,
+        warm_up(),
+        call_complete_loop_of("quick_py", gets.clone()),
+    );
+    for _ in 0..ROUNDS {
+        tally.add(measure(
+            lg,
+            &host,
+            &mut pool,
+            LOOPS,
+            window(),
+            call_complete_loop_of("quick_py", gets.clone()),
+        ));
+    }
+    println!(
+        "# python worker (one process, capacity 256): rounds {} tasks/s, server CPU {:.1} us per task, p50_us={} p99_us={}",
+        tally.rounds(),
+        tally.cpu.as_secs_f64() * 1e6 / tally.ops as f64,
+        tally.p(0.50),
+        tally.p(0.99)
+    );
+    println!("python_worker_call_complete: subtask={:.0}", tally.rate());
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(pool);
+    drop(host);
+}
