@@ -66,4 +66,7 @@ bash scripts/ui.sh
 echo "== interop suite: released MCP clients drive subtask serve (installs pinned clients into .cache/)"
 bash scripts/interop.sh
 
+echo "== workers: the Python and TypeScript SDKs' suites, a tree in three languages, a released client (scripts/workers.sh)"
+bash scripts/workers.sh
+
 echo "== scripts/test.sh: all steps passed"
