@@ -734,3 +734,108 @@ async fn each_worker_attempt_is_a_span_inside_its_tasks_span() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_awaiting_its_subtasks_leaves_room_for_them_on_a_worker_of_capacity_one() {
+    let addr = server(10_000).await;
+    let mut w = Worker::connect(
+        addr,
+        1,
+        json!([tool("parent", any_object()), tool("leaf", any_object())]),
+    )
+    .await;
+    let client = Client::new(addr, full_caps());
+    let root = client.start_task("parent", json!({})).await;
+    let (task, a, _) = w.assignment("parent").await;
+    let first = w
+        .request(
+            &task,
+            a,
+            json!({"type": "spawn", "tool": "leaf", "arguments": {"n": 1}}),
+        )
+        .await;
+    let first = first["ok"]["taskId"].as_str().unwrap().to_owned();
+    // The only slot is the parent's: the leaf waits until the parent waits.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!w.unread.iter().any(|f| f["type"] == "assign"), "{:?}", w.unread);
+    let t = client.get(&first).await;
+    assert!(
+        t["statusMessage"]
+            .as_str()
+            .unwrap_or("")
+            .contains("all 1 slots busy"),
+        "{t}"
+    );
+    w.send(json!({"type": "outcome", "task": task, "attempt": a, "ref": 500, "child": first}))
+        .await;
+    let (leaf, la, _) = w.assignment("leaf").await;
+    assert_eq!(leaf, first);
+    // A second subtask spawned and started meanwhile: the running leaf holds
+    // the slot now, so the new one waits for it.
+    w.result(&leaf, la, "one").await;
+    let o = w.take(|f| f["type"] == "reply" && f["ref"] == 500).await;
+    assert_eq!(text_of(&o["ok"]["result"]), "one");
+    w.result(&task, a, "done").await;
+    client.until_status(&root, "completed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_cancels_a_subtask_and_hands_outcomes_to_its_dependents() {
+    let addr = server(10_000).await;
+    let mut w = Worker::connect(
+        addr,
+        8,
+        json!([tool("parent", any_object()), tool("leaf", any_object())]),
+    )
+    .await;
+    let client = Client::new(addr, full_caps());
+    let root = client.start_task("parent", json!({})).await;
+    let (task, a, _) = w.assignment("parent").await;
+    let spawn = |n: u64, after: Value| json!({"type": "spawn", "tool": "leaf", "arguments": {"n": n}, "after": after});
+    let first = w.request(&task, a, spawn(1, json!([]))).await["ok"]["taskId"].clone();
+    let second = w.request(&task, a, spawn(2, json!([first]))).await["ok"]["taskId"].clone();
+    let doomed = w.request(&task, a, spawn(3, json!([]))).await["ok"]["taskId"].clone();
+    let mut assigned = Vec::new();
+    for _ in 0..2 {
+        assigned.push(w.assignment("leaf").await);
+    }
+    let (one, oa, _) = assigned
+        .iter()
+        .find(|(id, _, _)| json!(id) == first)
+        .cloned()
+        .expect("the first leaf");
+    let (three, ta, _) = assigned
+        .iter()
+        .find(|(id, _, _)| json!(id) == doomed)
+        .cloned()
+        .expect("the third leaf");
+    // The dependent one starts only after the first ends, with its outcome.
+    w.result(&one, oa, "first result").await;
+    let (two, twa, assign) = w.assignment("leaf").await;
+    assert_eq!(json!(two), second);
+    assert_eq!(
+        assign["dependencies"],
+        json!([{"taskId": first, "status": "completed", "result": {"content": [{"type": "text", "text": "first result"}]}}]),
+        "{assign}"
+    );
+    w.result(&two, twa, "second").await;
+    // Cancel: the worker running the subtask hears of it; its outcome is cancelled.
+    let r = w
+        .request(&task, a, json!({"type": "cancel", "child": doomed}))
+        .await;
+    assert_eq!(r["ok"], json!({}), "{r}");
+    let c = w
+        .take(|f| f["type"] == "cancel" && f["task"] == json!(three))
+        .await;
+    assert_eq!(c["attempt"], ta);
+    let o = w
+        .request(&task, a, json!({"type": "outcome", "child": doomed}))
+        .await;
+    assert_eq!(o["ok"]["status"], "cancelled", "{o}");
+    let r = w
+        .request(&task, a, json!({"type": "cancel", "child": root}))
+        .await;
+    assert_eq!(r["error"]["code"], "unknown_child", "{r}");
+    w.result(&task, a, "done").await;
+    client.until_status(&root, "completed").await;
+}

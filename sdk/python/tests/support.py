@@ -24,6 +24,7 @@ REPO = HERE.parent.parent.parent
 TOKEN = "py-worker-secret"
 LEASE_MS = 2000
 PROTOCOL_VERSION = "2026-07-28"
+TERMINAL = ("completed", "failed", "cancelled")
 CAPS = {"extensions": {"io.modelcontextprotocol/tasks": {"pause": True}}}
 
 
@@ -57,9 +58,9 @@ def until(what: str, pred: Callable[[], Any], timeout: float = 20.0, every: floa
 class Server:
     """`subtask serve --memory` on a free loopback port, taking workers."""
 
-    def __init__(self, log_dir: Path) -> None:
-        self.port = free_port()
-        self.log_path = log_dir / "server.log"
+    def __init__(self, log_dir: Path, port: int | None = None, name: str = "server") -> None:
+        self.port = port or free_port()
+        self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "wb")
         args = [subtask_bin(), "serve", "--memory", "--listen", f"127.0.0.1:{self.port}",
                 "--worker-token", TOKEN, "--worker-lease-ms", str(LEASE_MS)]
@@ -78,7 +79,8 @@ class Server:
             return False
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")[-4000:]
 
     def metric(self, name: str) -> float:
@@ -191,7 +193,12 @@ class Mcp:
             raise AssertionError(f"{e}; last state: {json.dumps(last)[:3000]}") from None
 
     def until_status(self, task: str, status: str, timeout: float = 20.0) -> dict[str, Any]:
-        return self.until(task, f"status {status}", lambda t: t["status"] == status, timeout)
+        def reached(t: dict[str, Any]) -> bool:
+            if t["status"] != status and t["status"] in TERMINAL:
+                raise AssertionError(f"task {task} ended {t['status']}, not {status}: {json.dumps(t)[:3000]}")
+            return bool(t["status"] == status)
+
+        return self.until(task, f"status {status}", reached, timeout)
 
 
 def text_of(result: dict[str, Any] | None) -> str:
@@ -248,7 +255,8 @@ class WorkerProcess:
                                      stderr=subprocess.STDOUT, env=env)
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def signal(self, sig: signal.Signals) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -108,6 +109,7 @@ def test_pause_parks_the_handler_at_its_checkpoint_until_resume(server: Server, 
     until("the handler to pass checkpoints", lambda: passes[0] > 3)
     mcp.call("tasks/pause", {"taskId": task})
     mcp.until_status(task, "paused")
+    time.sleep(0.2)  # a checkpoint answered just before the pause lands
     parked = passes[0]
     time.sleep(0.6)
     assert passes[0] == parked, "the handler is parked while paused"
@@ -334,3 +336,25 @@ def test_a_refused_hello_raises_worker_refused(server: Server) -> None:
 @pytest.fixture
 def start(start_worker: Start) -> Start:
     return start_worker
+
+
+def test_the_worker_reconnects_when_the_server_comes_back(server: Server, start: Start, tmp_path: Path) -> None:
+    w = make_worker(server)
+
+    @w.tool("echo")
+    async def echo(ctx: Context, args: dict[str, Any]) -> str:
+        return f"echo {args['say']}"
+
+    start(w)
+    first = server.mcp.start_task("echo", {"say": "one"})
+    assert text_of(server.mcp.until_status(first, "completed")["result"]) == "echo one"
+    server.proc.kill()
+    server.proc.wait(10)
+    until("the worker to see the connection drop", lambda: not w.connected)
+    again = Server(tmp_path, port=server.port, name="server-again")
+    try:
+        until("the worker to reconnect", lambda: w.connected, timeout=15)
+        task = again.mcp.start_task("echo", {"say": "two"})
+        assert text_of(again.mcp.until_status(task, "completed")["result"]) == "echo two"
+    finally:
+        again.stop()

@@ -93,6 +93,8 @@ struct WorkerEntry {
     tools: Vec<Arc<str>>,
     capacity: usize,
     running: HashSet<TaskId>,
+    /// Of `running`, the tasks whose handler waits (see [`Slot::parked`]).
+    parked: usize,
     /// Past its lease: gets nothing until it sends a frame again.
     expired: bool,
     out: mpsc::UnboundedSender<Message>,
@@ -103,7 +105,7 @@ impl WorkerEntry {
         if self.expired {
             0
         } else {
-            self.capacity.saturating_sub(self.running.len())
+            self.capacity.saturating_sub(self.running.len() - self.parked)
         }
     }
 }
@@ -121,6 +123,11 @@ struct Slot {
     replay: bool,
     worker: Option<u64>,
     queued: bool,
+    /// Its handler waits (a subtask's outcome, input, a pause): it does not
+    /// count against its worker's capacity.
+    parked: bool,
+    /// The outcomes of its `after` dependencies, for the assignment.
+    dependencies: serde_json::Value,
     to_proxy: mpsc::UnboundedSender<ToProxy>,
 }
 
@@ -324,6 +331,7 @@ impl Hub {
                 tools,
                 capacity,
                 running: HashSet::new(),
+                parked: 0,
                 expired: false,
                 out,
             },
@@ -355,11 +363,44 @@ impl Hub {
             && let Some(worker) = st.workers.get_mut(&w)
         {
             worker.running.remove(&task);
+            if slot.parked {
+                worker.parked -= 1;
+            }
             if cancel {
                 let frame = serde_json::json!({"type": "cancel", "task": task, "attempt": slot.attempt});
                 let _ = worker.out.send(text(frame.to_string()));
             }
             self.dispatch_worker(&mut st, w);
+        }
+    }
+
+    /// The handler of `task` waits (`parked`) or runs on: a waiting
+    /// handler does not count against its worker's capacity, so a parent
+    /// awaiting its subtasks leaves room for them on the same worker. A
+    /// handler that runs on is counted again at once, over the capacity
+    /// for a moment if its worker filled the room meanwhile (as a Rust
+    /// handler back from a parked wait takes a scheduler slot at once).
+    fn park(&self, task: TaskId, attempt: u32, parked: bool) {
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let Some(slot) = st.tasks.get_mut(&task) else {
+            return;
+        };
+        let Some(w) = slot.worker else {
+            return;
+        };
+        if slot.attempt != attempt || slot.parked == parked {
+            return;
+        }
+        slot.parked = parked;
+        let Some(worker) = st.workers.get_mut(&w) else {
+            return;
+        };
+        if parked {
+            worker.parked += 1;
+            self.dispatch_worker(st, w);
+        } else {
+            worker.parked -= 1;
         }
     }
 
@@ -371,6 +412,7 @@ impl Hub {
         };
         let st = self.state.lock();
         let slot = st.tasks.get(&task).ok_or_else(|| {
+            self.stats.refused_reports.fetch_add(1, Ordering::Relaxed);
             WireError::new(
                 "stale_attempt",
                 format!("task {task} is not running here any more (it ended or was never assigned)"),
@@ -419,6 +461,7 @@ impl Hub {
             return;
         };
         let tasks: Vec<TaskId> = w.running.drain().collect();
+        w.parked = 0;
         let name = w.name.clone();
         if gone {
             st.workers.remove(&worker);
@@ -445,6 +488,7 @@ impl Hub {
             slot.worker = None;
             slot.replay = true;
             slot.queued = true;
+            slot.parked = false;
             let _ = slot.to_proxy.send(ToProxy::Lost { why: why.clone() });
             let (tool, root) = (slot.tool.clone(), slot.root);
             st.queues.entry(tool.clone()).or_default().push(root, task);
@@ -522,6 +566,7 @@ impl Hub {
                 "root": slot.root,
                 "parent": slot.parent,
                 "replay": slot.replay,
+                "dependencies": slot.dependencies,
             });
             // The proxy hears of the attempt before any of its frames.
             let _ = slot.to_proxy.send(ToProxy::Assigned {

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use axum::extract::ws::Message;
 use futures::FutureExt;
@@ -115,6 +115,9 @@ struct Proxy {
     pending: FuturesUnordered<BoxFuture<'static, ()>>,
     /// The current attempt's span.
     span: tracing::Span,
+    task: TaskId,
+    /// Waits open now ([`Proxy::wait_on`]).
+    waits: Arc<AtomicUsize>,
 }
 
 enum Event {
@@ -137,6 +140,8 @@ async fn run(hub: Arc<Hub>, tool: Arc<str>, arguments: JsonObject, ctx: TaskCont
             replay: ctx.is_rerun(),
             worker: None,
             queued: true,
+            parked: false,
+            dependencies: wire::dependencies(ctx.dependencies()),
             to_proxy: tx,
         },
     );
@@ -162,6 +167,8 @@ async fn run(hub: Arc<Hub>, tool: Arc<str>, arguments: JsonObject, ctx: TaskCont
         children: HashMap::new(),
         pending: FuturesUnordered::new(),
         span: tracing::Span::none(),
+        task,
+        waits: Arc::new(AtomicUsize::new(0)),
     };
     loop {
         // The worker does the work: the handler's scheduler slot is given
@@ -199,6 +206,7 @@ async fn run(hub: Arc<Hub>, tool: Arc<str>, arguments: JsonObject, ctx: TaskCont
                 );
                 p.attempt = attempt;
                 p.cursor = 0;
+                p.waits = Arc::new(AtomicUsize::new(0));
                 p.current.store(attempt, Ordering::Release);
                 p.out = Some(out);
                 if std::mem::take(&mut shown) {
@@ -266,7 +274,7 @@ impl Proxy {
                 match self.children.get(&r.args.child) {
                     Some(handle) => {
                         let handle = handle.clone();
-                        self.pending.push(Box::pin(async move {
+                        self.wait_on(Box::pin(async move {
                             let o = handle.outcome().await;
                             target.send(Ok(wire::outcome(&o)));
                         }));
@@ -276,6 +284,21 @@ impl Proxy {
                         format!("{} is not a subtask this task spawned", r.args.child),
                     ))),
                 }
+                None
+            }
+            FromWorker::Cancel(r) => {
+                // Not an act: a re-run cancels again, which changes nothing.
+                let answer = match self.children.get(&r.args.child) {
+                    Some(handle) => handle
+                        .cancel()
+                        .map(|_| json!({}))
+                        .map_err(|e| WireError::new("rejected", e.to_string())),
+                    None => Err(WireError::new(
+                        "unknown_child",
+                        format!("{} is not a subtask this task spawned", r.args.child),
+                    )),
+                };
+                target.send(answer);
                 None
             }
             FromWorker::Stepped(r) => {
@@ -449,8 +472,7 @@ impl Proxy {
             ActKind::Waiting(shared) => {
                 let shared = shared.clone();
                 let target = target.clone();
-                self.pending
-                    .push(Box::pin(async move { target.send(shared.await) }));
+                self.wait_on(Box::pin(async move { target.send(shared.await) }));
             }
             ActKind::Step(cell) => {
                 let mut s = cell.inner.lock();
@@ -489,9 +511,32 @@ impl Proxy {
             .boxed()
             .shared();
         let s = shared.clone();
-        self.pending.push(Box::pin(async move { target.send(s.await) }));
+        self.wait_on(Box::pin(async move { target.send(s.await) }));
         self.record(identity, ActKind::Waiting(shared));
         None
+    }
+
+    /// Runs `reply` (a wait that ends with a reply): at once when it is
+    /// ready (a checkpoint of a task that is not paused, the outcome of a
+    /// finished subtask), else beside the loop, with the task parked at the
+    /// hub while any such wait is open (its worker's handler is waiting, so
+    /// it does not count against the worker's capacity).
+    fn wait_on(&mut self, mut reply: BoxFuture<'static, ()>) {
+        if (&mut reply).now_or_never().is_some() {
+            return;
+        }
+        if self.waits.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.hub.park(self.task, self.attempt, true);
+        }
+        // The attempt's own count: a wait of an earlier attempt that ends
+        // later unparks nothing of this one (the hub checks the attempt).
+        let (waits, hub, task, attempt) = (self.waits.clone(), self.hub.clone(), self.task, self.attempt);
+        self.pending.push(Box::pin(async move {
+            reply.await;
+            if waits.fetch_sub(1, Ordering::AcqRel) == 1 {
+                hub.park(task, attempt, false);
+            }
+        }));
     }
 
     /// Spawns a subtask calling `tool` (a worker tool or the server's own).

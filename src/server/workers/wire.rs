@@ -43,6 +43,7 @@ pub(crate) enum FromWorker {
     /// An act or a request of a handler.
     Spawn(Request<Spawn>),
     Outcome(Request<OutcomeOf>),
+    Cancel(Request<OutcomeOf>),
     Checkpoint(Request<Empty>),
     Pause(Request<PauseArgs>),
     Input(Request<InputArgs>),
@@ -63,6 +64,7 @@ impl FromWorker {
             FromWorker::Heartbeat => None,
             FromWorker::Spawn(r) => Some((r.task, r.attempt)),
             FromWorker::Outcome(r) => Some((r.task, r.attempt)),
+            FromWorker::Cancel(r) => Some((r.task, r.attempt)),
             FromWorker::Checkpoint(r) => Some((r.task, r.attempt)),
             FromWorker::Pause(r) => Some((r.task, r.attempt)),
             FromWorker::Input(r) => Some((r.task, r.attempt)),
@@ -81,6 +83,7 @@ impl FromWorker {
             FromWorker::Heartbeat | FromWorker::Result(_) | FromWorker::Fail(_) => None,
             FromWorker::Spawn(r) => r.reference,
             FromWorker::Outcome(r) => r.reference,
+            FromWorker::Cancel(r) => r.reference,
             FromWorker::Checkpoint(r) => r.reference,
             FromWorker::Pause(r) => r.reference,
             FromWorker::Input(r) => r.reference,
@@ -220,6 +223,19 @@ pub(crate) fn reply(reference: u64, answer: &Result<Value, WireError>) -> String
 /// An `error` frame.
 pub(crate) fn error(e: &WireError) -> String {
     serde_json::json!({"type": "error", "code": e.code, "message": e.message}).to_string()
+}
+
+/// The dependencies of an `assign`: each `after` entry's id and outcome.
+pub(crate) fn dependencies(deps: &[crate::runtime::DependencyOutcome]) -> Value {
+    Value::Array(
+        deps.iter()
+            .map(|d| {
+                let mut o = outcome(&d.outcome);
+                o["taskId"] = serde_json::json!(d.id);
+                o
+            })
+            .collect(),
+    )
 }
 
 /// The `outcome` request's answer.

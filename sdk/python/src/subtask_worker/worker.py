@@ -5,6 +5,7 @@ tasks, and reconnection with backoff (``docs/workers.md``)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import random
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Literal, Mapping, TypeVar
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from .context import (
     JSON,
@@ -124,7 +125,7 @@ class Worker:
             self._tools[name] = _Tool(
                 name,
                 handler,
-                description if description is not None else (handler.__doc__ or name).strip(),
+                description if description is not None else inspect.getdoc(handler) or name,
                 dict(input_schema) if input_schema is not None else {"type": "object"},
                 resumable,
                 task_support,
@@ -158,10 +159,8 @@ class Worker:
                 await self._session()
             except WorkerRefused:
                 raise
-            except (OSError, ConnectionClosed, InvalidHandshake, asyncio.TimeoutError, WorkerError) as e:
+            except (OSError, ConnectionClosed, InvalidHandshake, asyncio.TimeoutError, ValueError, WorkerError) as e:
                 log.warning("worker connection to %s failed: %s", self.url, e or type(e).__name__)
-            except InvalidURI:
-                raise
             if self._welcomed:
                 backoff = self.min_backoff
             if self._stopping.is_set():
