@@ -759,8 +759,8 @@ async def synthesize(ctx: Context, a: dict[str, Any]) -> dict[str, Any]:
 
 
 def make_worker(url: str, token: str, name: str = "py-deep-research", capacity: int = 32) -> Worker:
-    """A worker serving the demo's tools (capacity counts handlers waiting
-    for their subtasks too: keep it well above 2 lanes x depth x 2)."""
+    """A worker serving the demo's tools (`capacity` handlers running at
+    once; those waiting for their subtasks do not count)."""
     w = Worker(url, token=token, name=name, capacity=capacity)
     for tool_name, schema, fn, description in worker_tools:
         w.tool(tool_name, description=description, input_schema=schema)(fn)

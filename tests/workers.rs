@@ -442,6 +442,11 @@ async fn a_worker_silent_past_its_lease_loses_its_task_and_its_reports_are_refus
     stalled.result(&task, a1, "stale").await;
     let refused = stalled.take(|f| f["type"] == "error").await;
     assert_eq!(refused["code"], "stale_attempt", "{refused}");
+    assert_eq!(
+        (&refused["task"], &refused["attempt"]),
+        (&json!(task), &json!(a1)),
+        "{refused}"
+    );
     other.result(&task, a2, "current").await;
     let done = client.until_status(&task, "completed").await;
     assert_eq!(text_of(&done["result"]), "current");

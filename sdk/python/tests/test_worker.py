@@ -358,3 +358,59 @@ def test_the_worker_reconnects_when_the_server_comes_back(server: Server, start:
         assert text_of(again.mcp.until_status(task, "completed")["result"]) == "echo two"
     finally:
         again.stop()
+
+
+def test_a_worker_of_capacity_one_runs_a_whole_tree(server: Server, start: Start) -> None:
+    # A parent awaiting its subtask's outcome is waiting on the server: it
+    # does not hold the only slot, so the subtask runs on the same worker.
+    w = make_worker(server, name="py-cap1", capacity=1)
+
+    @w.tool("chain", input_schema={"type": "object", "properties": {"depth": {"type": "integer"}}})
+    async def chain(ctx: Context, args: dict[str, Any]) -> str:
+        if args["depth"] == 0:
+            return "leaf"
+        kid = await ctx.spawn("chain", {"depth": args["depth"] - 1})
+        return f"{args['depth']}>" + (await kid.outcome()).text
+
+    start(w)
+    root = server.mcp.start_task("chain", {"depth": 3})
+    done = server.mcp.until_status(root, "completed")
+    assert text_of(done["result"]) == "3>2>1>leaf"
+
+
+def test_a_handler_cancels_a_subtask_and_a_dependent_gets_its_dependencies(server: Server, start: Start) -> None:
+    w = make_worker(server, name="py-deps")
+    cancelled = threading.Event()
+
+    @w.tool("word", input_schema=WORD)
+    async def word(ctx: Context, args: dict[str, Any]) -> str:
+        return args["word"]
+
+    @w.tool("after_word")
+    async def after_word(ctx: Context, args: dict[str, Any]) -> str:
+        return ",".join(f"{d.status}:{d.text}" for d in ctx.dependencies)
+
+    @w.tool("forever")
+    async def forever(ctx: Context, args: dict[str, Any]) -> str:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"
+
+    @w.tool("parent_of_three")
+    async def parent(ctx: Context, args: dict[str, Any]) -> str:
+        first = await ctx.spawn("word", {"word": "one"})
+        second = await ctx.spawn("after_word", {}, after=[first])
+        doomed = await ctx.spawn("forever", {})
+        got = (await second.outcome()).text
+        await doomed.cancel()
+        return f"{got}|{(await doomed.outcome()).status}"
+
+    start(w)
+    root = server.mcp.start_task("parent_of_three", {})
+    done = server.mcp.until_status(root, "completed")
+    assert text_of(done["result"]) == "completed:one|cancelled", done
+    assert cancelled.wait(5), "the cancelled subtask's handler was cancelled"
+    assert server.mcp.get(done["childTaskIds"][2])["status"] == "cancelled"

@@ -122,6 +122,7 @@ export interface Assignment {
   root?: string | null;
   parent?: string | null;
   replay?: boolean;
+  dependencies?: Array<Outcome & { taskId: string }>;
 }
 
 /** Options of `ctx.spawn`. */
@@ -149,6 +150,12 @@ export class Subtask {
     this.#outcome ??= this.ctx._request({ type: "outcome", child: this.id });
     return this.#outcome;
   }
+
+  /** Cancels the subtask and its subtree; its outcome becomes `cancelled`
+   * once they have ended. */
+  async cancel(): Promise<void> {
+    await this.ctx._request({ type: "cancel", child: this.id });
+  }
 }
 
 /** One attempt of one task: what its handler uses to act on the task.
@@ -172,6 +179,9 @@ export class Context {
   /** Whether an earlier attempt got somewhere: the handler must make the
    * same acts in the same order, and gets their recorded answers. */
   readonly replay: boolean;
+  /** The outcomes of the subtasks this one was spawned `after`, in that
+   * order, each with its `taskId`. */
+  readonly dependencies: Array<Outcome & { taskId: string }>;
   /** Aborted when the attempt ends without the handler: `cancel` (the task
    * is cancelled), `revoke` (it runs elsewhere), or the connection closed.
    * From then on nothing more is sent for this attempt, and every context
@@ -190,6 +200,7 @@ export class Context {
     this.rootId = frame.root ?? frame.task;
     this.parentId = frame.parent ?? null;
     this.replay = frame.replay === true;
+    this.dependencies = frame.dependencies ?? [];
     this.signal = signal;
   }
 

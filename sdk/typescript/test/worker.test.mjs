@@ -367,3 +367,51 @@ test("replay on another worker: checkpoint steers, input answers, steps and patc
     main = null;
   }
 });
+
+test("a worker of capacity 1 runs a whole tree: a parent awaiting its subtask leaves room for it", async () => {
+  const w = await startWorker(server, "cap1", (w) => {
+    w.tool({ name: "ts_chain" }, async (ctx, args) => {
+      if (args.depth === 0) return "leaf";
+      const kid = await ctx.spawn("ts_chain", { depth: args.depth - 1 });
+      return `${args.depth}>${sdkTextOf(await kid.outcome())}`;
+    });
+  }, { capacity: 1 });
+  try {
+    const root = await mcp.startTask("ts_chain", { depth: 3 });
+    const done = await mcp.untilStatus(root, "completed");
+    assert.equal(textOf(done.result), "3>2>1>leaf");
+  } finally {
+    await w.stop();
+  }
+});
+
+test("a handler cancels a subtask, and a dependent gets its dependencies' outcomes", async () => {
+  let aborted = false;
+  const w = await startWorker(server, "deps", (w) => {
+    w.tool({ name: "ts_word" }, async (_ctx, args) => args.word);
+    w.tool({ name: "ts_after_word" }, async (ctx) => ctx.dependencies.map((d) => `${d.status}:${sdkTextOf(d)}`).join(","));
+    w.tool({ name: "ts_forever" }, async (ctx) => {
+      await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve));
+      aborted = true;
+      throw new Error("aborted");
+    });
+    w.tool({ name: "ts_parent_of_three" }, async (ctx) => {
+      const first = await ctx.spawn("ts_word", { word: "one" });
+      const second = await ctx.spawn("ts_after_word", {}, { after: [first] });
+      const doomed = await ctx.spawn("ts_forever", {});
+      const got = sdkTextOf(await second.outcome());
+      await doomed.cancel();
+      return `${got}|${(await doomed.outcome()).status}`;
+    });
+  });
+  try {
+    const root = await mcp.startTask("ts_parent_of_three", {});
+    const done = await mcp.untilStatus(root, "completed");
+    assert.equal(textOf(done.result), "completed:one|cancelled");
+    assert.equal((await mcp.get(done.childTaskIds[2])).status, "cancelled");
+    for (let i = 0; i < 100 && !aborted; i++) await sleep(50);
+    assert.equal(aborted, true, "the cancelled subtask's signal was aborted");
+  } finally {
+    await w.stop();
+  }
+});

@@ -111,12 +111,12 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket) {
             }
         };
         let reference = parsed.reference();
-        let is_end = reference.is_none();
+        let about = parsed.task();
         if let Err(e) = hub.route(worker, parsed) {
-            let msg = match reference {
-                Some(r) => wire::reply(r, &Err(e)),
-                None if is_end => wire::error(&e),
-                None => continue,
+            let msg = match (reference, about) {
+                (Some(r), _) => wire::reply(r, &Err(e)),
+                (None, Some((task, attempt))) => wire::error_about(&e, task, attempt),
+                (None, None) => continue,
             };
             let _ = out.send(text(msg));
         }

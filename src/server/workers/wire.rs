@@ -225,6 +225,12 @@ pub(crate) fn error(e: &WireError) -> String {
     serde_json::json!({"type": "error", "code": e.code, "message": e.message}).to_string()
 }
 
+/// An `error` frame about a `result` or `fail` of `task`'s `attempt`.
+pub(crate) fn error_about(e: &WireError, task: TaskId, attempt: u32) -> String {
+    serde_json::json!({"type": "error", "code": e.code, "message": e.message, "task": task, "attempt": attempt})
+        .to_string()
+}
+
 /// The dependencies of an `assign`: each `after` entry's id and outcome.
 pub(crate) fn dependencies(deps: &[crate::runtime::DependencyOutcome]) -> Value {
     Value::Array(

@@ -141,6 +141,11 @@ class Subtask:
         ok = await asyncio.shield(self._outcome)
         return Outcome(ok["status"], ok.get("result"), ok.get("error"))
 
+    async def cancel(self) -> None:
+        """Cancels the subtask and its subtree; its outcome becomes
+        ``cancelled`` once they have ended."""
+        await self._ctx._request("cancel", child=self.id)
+
     def __repr__(self) -> str:
         return f"Subtask({self.tool!r}, {self.id!r})"
 
@@ -166,6 +171,10 @@ class Context:
         self.root: str = frame.get("root") or self.task_id
         self.parent: str | None = frame.get("parent")
         self.replay: bool = bool(frame.get("replay"))
+        self.dependencies: list[Outcome] = [
+            Outcome(d["status"], d.get("result"), d.get("error")) for d in frame.get("dependencies") or []
+        ]
+        """The outcomes of the subtasks this one was spawned ``after``, in that order."""
         self.cancel_reason: str | None = None
         self._task: asyncio.Task[None] | None = None
 

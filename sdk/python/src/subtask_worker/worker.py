@@ -221,8 +221,8 @@ class Worker:
             error = {"code": -32601, "message": f"tool {ctx.tool!r} is not served by this worker"}
             conn.send(ctx, {"type": "fail", "task": ctx.task_id, "attempt": ctx.attempt, "error": error})
             return
-        if len(self._running) >= self.capacity:
-            log.warning("assigned more than capacity %d: task %s", self.capacity, ctx.task_id)
+        # More than `capacity` may be assigned: handlers waiting on the server
+        # (a subtask's outcome, input, a pause) do not count (docs/workers.md).
         self._running[ctx.task_id] = ctx
         log.debug("assign %s task %s attempt %d replay=%s", ctx.tool, ctx.task_id, ctx.attempt, ctx.replay)
         ctx._task = asyncio.create_task(self._run_handler(tool, ctx), name=f"{ctx.tool} {ctx.task_id}")
