@@ -64,6 +64,8 @@ struct Worker {
     ws: Socket,
     unread: VecDeque<Value>,
     next_ref: u64,
+    /// Sends heartbeats while it waits for a frame.
+    beats: bool,
 }
 
 fn tool(name: &str, schema: Value) -> Value {
@@ -85,6 +87,7 @@ impl Worker {
             ws,
             unread: VecDeque::new(),
             next_ref: 1,
+            beats: false,
         };
         w.send(
             json!({"type": "hello", "protocol": 1, "token": token, "name": "rust-test",
@@ -108,12 +111,21 @@ impl Worker {
             .expect("a frame sent");
     }
 
-    /// The next frame from the socket (`None` once closed), 10 s at most.
+    /// The next frame from the socket (`None` once closed), 10 s at most;
+    /// a worker that `beats` sends a heartbeat every 100 ms meanwhile.
     async fn read(&mut self) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
-            let next = tokio::time::timeout(Duration::from_secs(10), self.ws.next())
-                .await
-                .expect("a frame within 10 s");
+            let next = match tokio::time::timeout(Duration::from_millis(100), self.ws.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    assert!(tokio::time::Instant::now() < deadline, "a frame within 10 s");
+                    if self.beats {
+                        self.send(json!({"type": "heartbeat"})).await;
+                    }
+                    continue;
+                }
+            };
             match next? {
                 Ok(Message::Text(t)) => return Some(serde_json::from_str(t.as_str()).expect("JSON frames")),
                 Ok(Message::Close(_)) | Err(_) => return None,
@@ -427,9 +439,18 @@ async fn a_worker_silent_past_its_lease_loses_its_task_and_its_reports_are_refus
     let client = Client::new(addr, full_caps());
     let task = client.start_task("slow", json!({})).await;
     let (_, a1, _) = stalled.assignment("slow").await;
+    // Its last frame: the lease runs from here.
+    stalled.send(json!({"type": "heartbeat"})).await;
+    let silent_since = std::time::Instant::now();
     let mut other = Worker::connect(addr, 1, tools).await;
+    other.beats = true;
     // `stalled` sends nothing for longer than its lease.
     let (again, a2, assign) = other.assignment("slow").await;
+    let took = silent_since.elapsed();
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_millis(600 + 1000),
+        "reassigned {took:?} after the last frame, with a lease of 600 ms"
+    );
     assert_eq!(again, task);
     assert!(a2 > a1 && assign["replay"] == true, "{assign}");
     // It wakes up: the server had revoked its attempt, and refuses it.
@@ -843,4 +864,55 @@ async fn a_handler_cancels_a_subtask_and_hands_outcomes_to_its_dependents() {
     assert_eq!(r["error"]["code"], "unknown_child", "{r}");
     w.result(&task, a, "done").await;
     client.until_status(&root, "completed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_frames_get_a_clear_error_and_the_connection_goes_on() {
+    let addr = server(10_000).await;
+    let mut w = Worker::connect(addr, 1, json!([tool("t", any_object())])).await;
+    w.ws.send(Message::text("not json")).await.unwrap();
+    let e = w.take(|f| f["type"] == "error").await;
+    assert_eq!(e["code"], "bad_frame", "{e}");
+    w.send(json!({"type": "no-such-frame", "ref": 7})).await;
+    let r = w.take(|f| f["type"] == "reply" && f["ref"] == 7).await;
+    assert_eq!(r["error"]["code"], "bad_frame", "{r}");
+    w.send(json!({"type": "spawn", "ref": 8, "attempt": 1, "tool": "t"}))
+        .await;
+    let r = w.take(|f| f["type"] == "reply" && f["ref"] == 8).await;
+    assert_eq!(r["error"]["code"], "bad_frame", "a spawn without its task: {r}");
+    w.ws.send(Message::binary(vec![1u8, 2, 3])).await.unwrap();
+    let e = w.take(|f| f["type"] == "error").await;
+    assert_eq!(e["code"], "bad_frame", "{e}");
+    let r = w
+        .request(
+            "00000000-0000-4000-8000-000000000000",
+            1,
+            json!({"type": "checkpoint"}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], "stale_attempt", "a task never assigned: {r}");
+    // Still served: a call reaches this worker.
+    let client = Client::new(addr, full_caps());
+    let task = client.start_task("t", json!({})).await;
+    let (id, a, _) = w.assignment("t").await;
+    assert_eq!(id, task);
+    w.result(&id, a, "fine").await;
+    client.until_status(&task, "completed").await;
+    // A first frame that is not a hello closes the connection.
+    let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/workers"))
+        .await
+        .unwrap();
+    let mut raw = Worker {
+        ws,
+        unread: VecDeque::new(),
+        next_ref: 1,
+        beats: false,
+    };
+    raw.send(json!({"type": "heartbeat"})).await;
+    let e = raw.read().await.expect("an error frame");
+    assert_eq!(e["code"], "bad_hello", "{e}");
+    assert!(raw.read().await.is_none(), "then closed");
+    // A plain GET is told what the route is.
+    let r = support::http::raw(addr, "GET", &[], b"").await;
+    assert_ne!(r.status, 200);
 }
