@@ -249,6 +249,7 @@ impl Hub {
 
     /// Workers connected now, the tasks they run and the tasks waiting for
     /// one (walks the workers, never the tasks).
+    #[cfg(feature = "metrics")]
     pub(crate) fn load(&self) -> (usize, usize, usize) {
         let st = self.state.lock();
         let running: usize = st.workers.values().map(|w| w.running.len()).sum();
