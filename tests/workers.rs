@@ -916,3 +916,31 @@ async fn bad_frames_get_a_clear_error_and_the_connection_goes_on() {
     let r = support::http::raw(addr, "GET", &[], b"").await;
     assert_ne!(r.status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_and_client_credentials_are_separate() {
+    let mut workers = WorkerConfig::new(TokenTable::parse(&format!("{TOKEN} tests")).unwrap());
+    workers.lease = Duration::from_secs(10);
+    let config = ServerConfig {
+        tokens: Some(TokenTable::parse("client-secret alice").unwrap()),
+        workers: Some(workers),
+        ..ServerConfig::default()
+    };
+    let server = subtask::server::Server::builder(Runtime::new(RuntimeConfig::default()), config).build();
+    let addr = serve(server).await;
+    // A client's token is no worker's.
+    let (_, first) = Worker::hello(addr, "client-secret", 1, json!([tool("t", any_object())])).await;
+    assert_eq!(first["code"], "unauthorized", "{first}");
+    // A worker's token is no client's.
+    let mut w = Worker::connect(addr, 1, json!([tool("t", any_object())])).await;
+    let as_worker = Client::new(addr, full_caps()).with_token(TOKEN);
+    let r = as_worker.send("tools/list", json!({})).await;
+    assert_eq!(r.status, 401, "{}", r.body);
+    // The client's call runs on the worker, and is the client's task.
+    let alice = Client::new(addr, full_caps()).with_token("client-secret");
+    let task = alice.start_task("t", json!({})).await;
+    let (id, a, _) = w.assignment("t").await;
+    w.result(&id, a, "for alice").await;
+    let done = alice.until_status(&task, "completed").await;
+    assert_eq!(text_of(&done["result"]), "for alice");
+}
