@@ -210,7 +210,7 @@ impl Server {
     #[cfg(feature = "postgres")]
     pub(crate) fn successor(&self, runtime: Runtime) -> Server {
         let old = &self.inner;
-        Server {
+        let next = Server {
             inner: Arc::new(ServerInner {
                 runtime,
                 config: old.config.clone(),
@@ -222,7 +222,11 @@ impl Server {
                 workers: old.workers.clone(),
                 cluster: std::sync::OnceLock::new(),
             }),
+        };
+        if let Some(hub) = &next.inner.workers {
+            hub.attach(&next.inner);
         }
+        next
     }
 
     /// The runtime the server drives.

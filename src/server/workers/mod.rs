@@ -21,7 +21,7 @@ mod wire;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use axum::extract::ws::{Message, Utf8Bytes};
@@ -71,10 +71,12 @@ pub(crate) struct Hub {
     pub(crate) config: WorkerConfig,
     state: Mutex<HubState>,
     next_worker: AtomicU64,
+    /// Numbers the proxies' slots ([`Slot::owner`]).
+    next_owner: AtomicU64,
     pub(crate) stats: WorkerStats,
     /// The server (weak: the server's runtime holds the proxies that hold
-    /// the hub).
-    server: OnceLock<Weak<ServerInner>>,
+    /// the hub); a cluster instance's next incarnation attaches itself.
+    server: parking_lot::RwLock<Weak<ServerInner>>,
 }
 
 #[derive(Default)]
@@ -128,6 +130,9 @@ struct Slot {
     parked: bool,
     /// The outcomes of its `after` dependencies, for the assignment.
     dependencies: serde_json::Value,
+    /// Which proxy holds the slot: a proxy of an earlier incarnation of a
+    /// cluster instance that ends later leaves a new one's slot alone.
+    owner: u64,
     to_proxy: mpsc::UnboundedSender<ToProxy>,
 }
 
@@ -215,21 +220,21 @@ impl Hub {
             config,
             state: Mutex::default(),
             next_worker: AtomicU64::new(1),
+            next_owner: AtomicU64::new(1),
             stats: WorkerStats::default(),
-            server: OnceLock::new(),
+            server: parking_lot::RwLock::new(Weak::new()),
         })
     }
 
-    /// Called once the server exists.
+    /// Called once the server exists, and by each of a cluster instance's
+    /// next incarnations (which share this hub).
     pub(crate) fn attach(&self, server: &Arc<ServerInner>) {
-        let _ = self.server.set(Arc::downgrade(server));
+        *self.server.write() = Arc::downgrade(server);
     }
 
+    /// The server as it answers now.
     pub(crate) fn server(&self) -> Option<super::Server> {
-        self.server
-            .get()
-            .and_then(Weak::upgrade)
-            .map(|inner| super::Server { inner })
+        self.server.read().upgrade().map(|inner| super::Server { inner })
     }
 
     /// A worker tool by name.
@@ -344,19 +349,34 @@ impl Hub {
     /// A proxy starts: the task waits for a worker serving its tool.
     /// Returns the status message to show while it waits (`None` when a
     /// worker took it at once).
-    fn enqueue(&self, task: TaskId, slot: Slot) -> Option<String> {
+    fn enqueue(&self, task: TaskId, mut slot: Slot) -> (u64, Option<String>) {
+        slot.owner = self.next_owner.fetch_add(1, Ordering::Relaxed);
+        let owner = slot.owner;
         let mut st = self.state.lock();
         let (tool, root) = (slot.tool.clone(), slot.root);
-        st.tasks.insert(task, slot);
+        // A slot of the same task from a proxy that no longer runs (an
+        // earlier incarnation of a cluster instance): its worker's count
+        // lets go of it.
+        if let Some(old) = st.tasks.insert(task, slot)
+            && let Some(w) = old.worker.and_then(|w| st.workers.get_mut(&w))
+        {
+            w.running.remove(&task);
+            if old.parked {
+                w.parked -= 1;
+            }
+        }
         st.queues.entry(tool.clone()).or_default().push(root, task);
         self.dispatch_tool(&mut st, &tool);
-        waiting_message(&st, &tool, task)
+        (owner, waiting_message(&st, &tool, task))
     }
 
     /// The proxy of `task` ended (a result, a failure, a cancel, or its
     /// future dropped): its worker's slot is free; a cancel is sent on.
-    fn finish(&self, task: TaskId, cancel: bool) {
+    fn finish(&self, task: TaskId, owner: u64, cancel: bool) {
         let mut st = self.state.lock();
+        if st.tasks.get(&task).is_none_or(|s| s.owner != owner) {
+            return;
+        }
         let Some(slot) = st.tasks.remove(&task) else {
             return;
         };

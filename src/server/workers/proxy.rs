@@ -93,12 +93,13 @@ enum StepPhase {
 struct Registration {
     hub: Arc<Hub>,
     task: TaskId,
+    owner: u64,
     cancel: bool,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.hub.finish(self.task, self.cancel);
+        self.hub.finish(self.task, self.owner, self.cancel);
     }
 }
 
@@ -129,7 +130,7 @@ enum Event {
 async fn run(hub: Arc<Hub>, tool: Arc<str>, arguments: JsonObject, ctx: TaskContext) -> HandlerResult {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let task = ctx.task_id();
-    let waiting = hub.enqueue(
+    let (owner, waiting) = hub.enqueue(
         task,
         Slot {
             tool,
@@ -142,12 +143,14 @@ async fn run(hub: Arc<Hub>, tool: Arc<str>, arguments: JsonObject, ctx: TaskCont
             queued: true,
             parked: false,
             dependencies: wire::dependencies(ctx.dependencies()),
+            owner: 0,
             to_proxy: tx,
         },
     );
     let mut registration = Registration {
         hub: hub.clone(),
         task,
+        owner,
         cancel: false,
     };
     // Whether the task shows the proxy's waiting message (cleared once a
