@@ -475,6 +475,12 @@ async fn serve(
         workers: ops.workers()?,
         ..ServerConfig::default()
     };
+    if stdio && config.workers.is_some() {
+        return Err(
+            "--worker-token/--worker-tokens need the HTTP listener: workers connect to /workers, which --stdio does not serve"
+                .to_owned(),
+        );
+    }
     if let Some(w) = &config.workers {
         tracing::info!(
             tokens = w.tokens.len(),

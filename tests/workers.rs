@@ -944,3 +944,15 @@ async fn worker_and_client_credentials_are_separate() {
     let done = alice.until_status(&task, "completed").await;
     assert_eq!(text_of(&done["result"]), "for alice");
 }
+
+#[test]
+fn worker_tokens_with_stdio_are_refused_at_start() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_subtask"))
+        .args(["serve", "--stdio", "--memory", "--worker-token", "x"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run subtask");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("need the HTTP listener"), "{err}");
+}
