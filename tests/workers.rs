@@ -76,6 +76,23 @@ fn any_object() -> Value {
     json!({"type": "object"})
 }
 
+/// The tools `parent` and `leaf`, taking any object.
+fn parent_and_leaf() -> Value {
+    json!([tool("parent", any_object()), tool("leaf", any_object())])
+}
+
+/// A worker of `capacity` serving [`parent_and_leaf`], a client, and a
+/// `parent` task called by the client and assigned to the worker: the
+/// worker, the client, the task and its attempt.
+async fn parent_task(addr: SocketAddr, capacity: u32) -> (Worker, Client, String, u64) {
+    let mut w = Worker::connect(addr, capacity, parent_and_leaf()).await;
+    let client = Client::new(addr, full_caps());
+    let root = client.start_task("parent", json!({})).await;
+    let (task, attempt, _) = w.assignment("parent").await;
+    assert_eq!(task, root);
+    (w, client, task, attempt)
+}
+
 impl Worker {
     /// Connects and says `hello`; returns the worker and the server's first
     /// frame (`welcome` or `error`).
@@ -336,11 +353,8 @@ async fn a_call_waits_working_until_a_worker_serving_the_tool_connects() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disconnected_workers_task_resumes_on_another_and_redoes_nothing_finished() {
     let addr = server(10_000).await;
-    let tools = json!([tool("parent", any_object()), tool("leaf", any_object())]);
-    let mut first = Worker::connect(addr, 4, tools.clone()).await;
-    let client = Client::new(addr, full_caps());
-    let root = client.start_task("parent", json!({})).await;
-    let (task, a1, _) = first.assignment("parent").await;
+    let (mut first, client, task, a1) = parent_task(addr, 4).await;
+    let root = task.clone();
     let spawned = first
         .request(
             &task,
@@ -370,7 +384,7 @@ async fn a_disconnected_workers_task_resumes_on_another_and_redoes_nothing_finis
     assert_eq!(running["ok"]["run"], true);
     client.until(&child, |t| t["status"] == "completed").await;
 
-    let mut second = Worker::connect(addr, 4, tools).await;
+    let mut second = Worker::connect(addr, 4, parent_and_leaf()).await;
     drop(first);
     let (again, a2, assign) = second.assignment("parent").await;
     assert_eq!(again, task);
@@ -764,15 +778,8 @@ async fn each_worker_attempt_is_a_span_inside_its_tasks_span() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parent_awaiting_its_subtasks_leaves_room_for_them_on_a_worker_of_capacity_one() {
     let addr = server(10_000).await;
-    let mut w = Worker::connect(
-        addr,
-        1,
-        json!([tool("parent", any_object()), tool("leaf", any_object())]),
-    )
-    .await;
-    let client = Client::new(addr, full_caps());
-    let root = client.start_task("parent", json!({})).await;
-    let (task, a, _) = w.assignment("parent").await;
+    let (mut w, client, task, a) = parent_task(addr, 1).await;
+    let root = task.clone();
     let first = w
         .request(
             &task,
@@ -808,15 +815,8 @@ async fn a_parent_awaiting_its_subtasks_leaves_room_for_them_on_a_worker_of_capa
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_cancels_a_subtask_and_hands_outcomes_to_its_dependents() {
     let addr = server(10_000).await;
-    let mut w = Worker::connect(
-        addr,
-        8,
-        json!([tool("parent", any_object()), tool("leaf", any_object())]),
-    )
-    .await;
-    let client = Client::new(addr, full_caps());
-    let root = client.start_task("parent", json!({})).await;
-    let (task, a, _) = w.assignment("parent").await;
+    let (mut w, client, task, a) = parent_task(addr, 8).await;
+    let root = task.clone();
     let spawn = |n: u64, after: Value| json!({"type": "spawn", "tool": "leaf", "arguments": {"n": n}, "after": after});
     let first = w.request(&task, a, spawn(1, json!([]))).await["ok"]["taskId"].clone();
     let second = w.request(&task, a, spawn(2, json!([first]))).await["ok"]["taskId"].clone();

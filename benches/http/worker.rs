@@ -89,41 +89,12 @@ pub(crate) fn workers_overhead(lg: &tokio::runtime::Runtime) {
     let mut pool = Pool::open(lg, host.addr, LOOPS);
     let mut inproc = Tally::default();
     let mut remote = Tally::default();
-    let gets = Arc::new(AtomicUsize::new(0));
     // Warm-up of both.
-    measure(
-        lg,
-        &host,
-        &mut pool,
-        LOOPS,
-        warm_up(),
-        call_complete_loop_of("quick", gets.clone()),
-    );
-    measure(
-        lg,
-        &host,
-        &mut pool,
-        LOOPS,
-        warm_up(),
-        call_complete_loop_of("quick_w", gets.clone()),
-    );
+    call_complete(lg, &host, &mut pool, "quick", warm_up());
+    call_complete(lg, &host, &mut pool, "quick_w", warm_up());
     for _ in 0..ROUNDS {
-        inproc.add(measure(
-            lg,
-            &host,
-            &mut pool,
-            LOOPS,
-            window(),
-            call_complete_loop_of("quick", gets.clone()),
-        ));
-        remote.add(measure(
-            lg,
-            &host,
-            &mut pool,
-            LOOPS,
-            window(),
-            call_complete_loop_of("quick_w", gets.clone()),
-        ));
+        inproc.add(call_complete(lg, &host, &mut pool, "quick", window()));
+        remote.add(call_complete(lg, &host, &mut pool, "quick_w", window()));
     }
     let worker_cpu = threads_cpu(&[WORKER_THREADS]);
     let per_task = |t: &Tally| t.cpu.as_secs_f64() * 1e6 / t.ops as f64;
@@ -190,25 +161,10 @@ pub(crate) fn python_workers(lg: &tokio::runtime::Runtime) {
     .expect("the Python worker's first line");
     assert_eq!(line.trim(), "ready", "the Python worker did not start");
     let mut pool = Pool::open(lg, host.addr, LOOPS);
-    let gets = Arc::new(AtomicUsize::new(0));
     let mut tally = Tally::default();
-    measure(
-        lg,
-        &host,
-        &mut pool,
-        LOOPS,
-        warm_up(),
-        call_complete_loop_of("quick_py", gets.clone()),
-    );
+    call_complete(lg, &host, &mut pool, "quick_py", warm_up());
     for _ in 0..ROUNDS {
-        tally.add(measure(
-            lg,
-            &host,
-            &mut pool,
-            LOOPS,
-            window(),
-            call_complete_loop_of("quick_py", gets.clone()),
-        ));
+        tally.add(call_complete(lg, &host, &mut pool, "quick_py", window()));
     }
     println!(
         "# python worker (one process, capacity 256): rounds {} tasks/s, server CPU {:.1} us per task, p50_us={} p99_us={}",
@@ -222,4 +178,16 @@ pub(crate) fn python_workers(lg: &tokio::runtime::Runtime) {
     let _ = child.wait();
     drop(pool);
     drop(host);
+}
+
+/// One call-complete window of `tool` on `host` (every connection of `pool`).
+fn call_complete(
+    lg: &tokio::runtime::Runtime,
+    host: &Host,
+    pool: &mut Pool,
+    tool: &'static str,
+    length: Duration,
+) -> Window {
+    let gets = Arc::new(AtomicUsize::new(0));
+    measure(lg, host, pool, LOOPS, length, call_complete_loop_of(tool, gets))
 }

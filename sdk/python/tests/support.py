@@ -55,6 +55,17 @@ def until(what: str, pred: Callable[[], Any], timeout: float = 20.0, every: floa
         time.sleep(every)
 
 
+def terminate(proc: "subprocess.Popen[Any]") -> None:
+    """SIGTERM, then SIGKILL after 10 s; waits for the exit."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class Server:
     """`subtask serve --memory` on a free loopback port, taking workers."""
 
@@ -96,13 +107,7 @@ class Server:
         return total
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         self._log.close()
 
 
@@ -264,11 +269,6 @@ class WorkerProcess:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            self.proc.send_signal(signal.SIGCONT)  # a stopped process cannot exit
+        terminate(self.proc)
         self._log.close()

@@ -123,8 +123,8 @@ struct Slot {
     /// Whether the handler ran before (an earlier attempt, or a run before
     /// a restart): the assignment says `replay`.
     replay: bool,
+    /// The worker running it; `None` while it waits in its tool's queue.
     worker: Option<u64>,
-    queued: bool,
     /// Its handler waits (a subtask's outcome, input, a pause): it does not
     /// count against its worker's capacity.
     parked: bool,
@@ -458,8 +458,10 @@ impl Hub {
         Ok(())
     }
 
-    /// Worker `worker` sent a frame: a worker past its lease is live again.
-    fn touch(&self, worker: u64) {
+    /// Worker `worker`, past its lease, sent a frame: it is live again
+    /// (its connection's loop calls this only then, so a frame of a live
+    /// worker takes no lock for it).
+    fn revive(&self, worker: u64) {
         let mut st = self.state.lock();
         if let Some(w) = st.workers.get_mut(&worker)
             && w.expired
@@ -508,7 +510,6 @@ impl Hub {
             }
             slot.worker = None;
             slot.replay = true;
-            slot.queued = true;
             slot.parked = false;
             let _ = slot.to_proxy.send(ToProxy::Lost { why: why.clone() });
             let (tool, root) = (slot.tool.clone(), slot.root);
@@ -567,13 +568,13 @@ impl Hub {
             let Some(slot) = st.tasks.get_mut(&task) else {
                 continue;
             };
-            if !slot.queued {
+            // Assigned already (a stale entry): nothing to do.
+            if slot.worker.is_some() {
                 continue;
             }
             let Some(w) = st.workers.get_mut(&worker) else {
                 return false;
             };
-            slot.queued = false;
             slot.attempt += 1;
             slot.worker = Some(worker);
             w.running.insert(task);

@@ -140,7 +140,6 @@ async fn run(hub: Arc<Hub>, tool: Arc<str>, arguments: JsonObject, ctx: TaskCont
             attempt: 0,
             replay: ctx.is_rerun(),
             worker: None,
-            queued: true,
             parked: false,
             dependencies: wire::dependencies(ctx.dependencies()),
             owner: 0,

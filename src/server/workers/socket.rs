@@ -69,6 +69,9 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket) {
         }
     };
     let lease = hub.config.lease;
+    // Whether the worker went silent past its lease (decided here, so a
+    // frame of a live worker costs no look at the hub).
+    let mut expired = false;
     loop {
         let next = match tokio::time::timeout(lease, stream.next()).await {
             Ok(next) => next,
@@ -76,9 +79,14 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket) {
                 // Silent past its lease: its tasks go elsewhere; it may
                 // come back and get new ones.
                 hub.lose(worker, false);
+                expired = true;
                 stream.next().await
             }
         };
+        // Any frame renews the lease.
+        if matches!(next, Some(Ok(_))) && std::mem::take(&mut expired) {
+            hub.revive(worker);
+        }
         let frame = match next {
             Some(Ok(Message::Text(t))) => t,
             Some(Ok(Message::Binary(_))) => {
@@ -88,13 +96,9 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket) {
                 ))));
                 continue;
             }
-            Some(Ok(Message::Ping(_) | Message::Pong(_))) => {
-                hub.touch(worker);
-                continue;
-            }
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
             Some(Ok(Message::Close(_)) | Err(_)) | None => break,
         };
-        hub.touch(worker);
         let parsed: FromWorker = match serde_json::from_str(frame.as_str()) {
             Ok(f) => f,
             Err(e) => {
