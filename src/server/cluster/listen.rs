@@ -33,6 +33,8 @@ pub(super) fn listen_loop(node: &Node) {
         }
         let _ = node.changed.send(None);
         node.inbox.notify_one();
+        node.worker_mail.notify_one();
+        node.worker_tools.notify_one();
         while !node.stopped.load(Ordering::Acquire) && !listener.is_closed() {
             if let Err(e) = listener.deliver(Duration::from_millis(250), |note| dispatch(node, note)) {
                 tracing::warn!(error = %e, "the notification connection broke; reconnecting");
@@ -64,6 +66,12 @@ fn dispatch(node: &Node, note: Note) {
         Note::Inbox(holder) => {
             if holder.is_none_or(|h| h == node.instance) {
                 node.inbox.notify_one();
+            }
+        }
+        Note::Workers => node.worker_tools.notify_one(),
+        Note::Mail(to) => {
+            if to == Some(node.instance) {
+                node.worker_mail.notify_one();
             }
         }
     }

@@ -50,7 +50,8 @@
 //! notifications; `rejoin.rs` fences an instance that lost its lease and
 //! rejoins; `takeover.rs` is the loop that takes over dead instances'
 //! trees and drains the inbox; `upkeep.rs` shares live-task counts and
-//! cleans up. Every SQL statement is the store's
+//! cleans up; `workers.rs` carries worker tools and tasks between
+//! instances. Every SQL statement is the store's
 //! (`crate::store::postgres`: `remote`, `inbox`, `cluster`, `listen`).
 //!
 //! # Connections
@@ -78,6 +79,7 @@ mod rejoin;
 mod remote;
 mod takeover;
 mod upkeep;
+mod workers;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -218,6 +220,10 @@ pub(crate) struct Node {
     changed: broadcast::Sender<Option<Arc<Vec<TaskId>>>>,
     /// Commands arrived for trees this instance holds.
     inbox: Notify,
+    /// Worker news arrived for this instance (`workers.rs`).
+    worker_mail: Notify,
+    /// Some instance's workers serve other tools now.
+    worker_tools: Notify,
     lost: Notify,
     is_lost: AtomicBool,
     stopped: AtomicBool,
@@ -274,6 +280,12 @@ impl Server {
                 .name("subtask-listen".into())
                 .spawn(move || listen::listen_loop(&node))
                 .map_err(thread_err)?;
+        }
+        if let Some(hub) = &self.inner.workers {
+            // Worker tools and tasks across instances (`workers.rs`).
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            hub.set_relay(node.instance, tx);
+            tokio::spawn(workers::relay_loop(node.clone(), hub.clone(), rx));
         }
         let work = tokio::spawn(takeover::work_loop(node.clone(), Arc::downgrade(&self.inner)));
         *node.work.lock() = Some(work);
@@ -388,6 +400,8 @@ impl Node {
             answers: Mutex::new(HashMap::new()),
             changed,
             inbox: Notify::new(),
+            worker_mail: Notify::new(),
+            worker_tools: Notify::new(),
             lost: Notify::new(),
             is_lost: AtomicBool::new(false),
             stopped: AtomicBool::new(false),

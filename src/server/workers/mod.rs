@@ -10,6 +10,11 @@
 //! leases and free slots, and the tasks waiting for a worker, taken
 //! round-robin across trees.
 //!
+//! In a cluster, a task whose tool no worker of its holder serves goes to
+//! an instance whose workers do ([`Hub::deliver`], [`Hub::set_remote`];
+//! the news between the two passes through PostgreSQL,
+//! `crate::server::cluster`'s `workers.rs`).
+//!
 //! The hub's state sits behind one mutex, held only for map lookups and
 //! updates, never across an `.await`.
 //!
@@ -27,7 +32,9 @@ use std::time::Duration;
 use axum::extract::ws::{Message, Utf8Bytes};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::{Notify, mpsc};
 
 pub(crate) use socket::route;
 
@@ -77,6 +84,20 @@ pub(crate) struct Hub {
     /// The server (weak: the server's runtime holds the proxies that hold
     /// the hub); a cluster instance's next incarnation attaches itself.
     server: parking_lot::RwLock<Weak<ServerInner>>,
+    /// Woken when the tools this instance's workers serve change (the
+    /// cluster relay publishes them).
+    pub(crate) changed: Notify,
+    /// The cluster relay: news for other instances (`None` outside a
+    /// cluster).
+    relay: parking_lot::RwLock<Option<Relay>>,
+}
+
+/// Where news for other instances goes (`crate::server::cluster`).
+struct Relay {
+    /// This instance.
+    me: uuid::Uuid,
+    /// (receiving instance, body) pairs, sent in order.
+    tx: mpsc::UnboundedSender<(uuid::Uuid, String)>,
 }
 
 #[derive(Default)]
@@ -88,6 +109,16 @@ struct HubState {
     tasks: HashMap<TaskId, Slot>,
     /// Per tool, the tasks waiting for a worker.
     queues: HashMap<Arc<str>, FairQueue>,
+    /// Per tool, the other live instances whose workers serve it.
+    remote: HashMap<Arc<str>, Vec<uuid::Uuid>>,
+    /// The live instances at the last look.
+    live: HashSet<uuid::Uuid>,
+    /// Tasks held here, sent to another instance's workers, by instance.
+    exports: HashMap<uuid::Uuid, HashSet<TaskId>>,
+    /// Tasks another instance holds, run by workers here, by holder.
+    imports: HashMap<uuid::Uuid, HashSet<TaskId>>,
+    /// Turns among the instances serving a tool.
+    turn: usize,
 }
 
 struct WorkerEntry {
@@ -133,7 +164,113 @@ struct Slot {
     /// Which proxy holds the slot: a proxy of an earlier incarnation of a
     /// cluster instance that ends later leaves a new one's slot alone.
     owner: u64,
-    to_proxy: mpsc::UnboundedSender<ToProxy>,
+    /// Where its proxy is.
+    to_proxy: Link,
+    /// The instance whose workers run it, when it was sent to another one.
+    remote: Option<uuid::Uuid>,
+}
+
+/// Where a slot's proxy is.
+enum Link {
+    /// In this process.
+    Local(mpsc::UnboundedSender<ToProxy>),
+    /// On the instance that holds the task (it was sent here to run).
+    Remote(uuid::Uuid),
+}
+
+/// Where a proxy's replies to its worker go.
+#[derive(Clone)]
+pub(crate) enum Outbox {
+    /// The worker's connection to this instance.
+    Local(mpsc::UnboundedSender<Message>),
+    /// The instance whose worker runs attempt `attempt` of `task`.
+    Remote {
+        hub: Weak<Hub>,
+        to: uuid::Uuid,
+        task: TaskId,
+        attempt: u32,
+    },
+}
+
+impl Outbox {
+    /// Sends `frame` (JSON) to the worker.
+    pub(crate) fn send(&self, frame: String) {
+        match self {
+            Outbox::Local(out) => {
+                let _ = out.send(text(frame));
+            }
+            Outbox::Remote {
+                hub,
+                to,
+                task,
+                attempt,
+            } => {
+                if let Some(hub) = hub.upgrade() {
+                    hub.post(
+                        *to,
+                        json!({"k": "send", "task": task, "attempt": attempt, "text": frame}),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// News between instances about a task (`docs/workers.md`, "Workers in a
+/// cluster"): to the instance whose workers run it (`export`, `send`,
+/// `park`, `finish`), or to the one that holds it (`assigned`, `lost`,
+/// `frame`, `returned`).
+#[derive(Deserialize)]
+#[serde(tag = "k", rename_all = "lowercase")]
+enum Mail {
+    Export {
+        task: TaskId,
+        tool: String,
+        root: TaskId,
+        parent: Option<TaskId>,
+        arguments: JsonObject,
+        attempt: u32,
+        replay: bool,
+        dependencies: Value,
+    },
+    Send {
+        task: TaskId,
+        attempt: u32,
+        text: String,
+    },
+    Park {
+        task: TaskId,
+        attempt: u32,
+        parked: bool,
+    },
+    Finish {
+        task: TaskId,
+        cancel: bool,
+    },
+    Assigned {
+        task: TaskId,
+        attempt: u32,
+        worker: String,
+    },
+    Lost {
+        task: TaskId,
+        why: String,
+    },
+    Frame {
+        task: TaskId,
+        text: String,
+    },
+    Returned {
+        task: TaskId,
+        why: String,
+    },
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    from: String,
+    #[serde(flatten)]
+    mail: Mail,
 }
 
 /// What the hub tells a proxy.
@@ -142,7 +279,7 @@ pub(crate) enum ToProxy {
     Assigned {
         attempt: u32,
         worker: Arc<str>,
-        out: mpsc::UnboundedSender<Message>,
+        out: Outbox,
     },
     /// The attempt ended without a result (the worker left or lost its
     /// lease); the task waits for another worker.
@@ -181,6 +318,11 @@ impl FairQueue {
 
     fn is_empty(&self) -> bool {
         self.trees.is_empty()
+    }
+
+    /// Every waiting task, in the order they would be taken.
+    fn drain(mut self) -> Vec<TaskId> {
+        std::iter::from_fn(|| self.pop()).collect()
     }
 }
 
@@ -223,6 +365,8 @@ impl Hub {
             next_owner: AtomicU64::new(1),
             stats: WorkerStats::default(),
             server: parking_lot::RwLock::new(Weak::new()),
+            changed: Notify::new(),
+            relay: parking_lot::RwLock::new(None),
         })
     }
 
@@ -343,6 +487,7 @@ impl Hub {
             },
         );
         self.dispatch_worker(&mut st, id);
+        self.changed.notify_one();
         Ok(id)
     }
 
@@ -352,22 +497,95 @@ impl Hub {
     fn enqueue(&self, task: TaskId, mut slot: Slot) -> (u64, Option<String>) {
         slot.owner = self.next_owner.fetch_add(1, Ordering::Relaxed);
         let owner = slot.owner;
-        let mut st = self.state.lock();
-        let (tool, root) = (slot.tool.clone(), slot.root);
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let tool = slot.tool.clone();
         // A slot of the same task from a proxy that no longer runs (an
-        // earlier incarnation of a cluster instance): its worker's count
-        // lets go of it.
-        if let Some(old) = st.tasks.insert(task, slot)
-            && let Some(w) = old.worker.and_then(|w| st.workers.get_mut(&w))
-        {
+        // earlier incarnation of a cluster instance) is let go of.
+        self.insert(st, task, slot);
+        self.place(st, task);
+        (owner, waiting_message(st, &tool, task))
+    }
+
+    /// Puts `slot` in place of `task`'s slot, if any: the old one's worker
+    /// lets go of it (told so by a `revoke`), and the attempts go on from
+    /// the old one's, so that its worker's late reports are refused.
+    fn insert(&self, st: &mut HubState, task: TaskId, mut slot: Slot) {
+        let Some(old) = st.tasks.remove(&task) else {
+            st.tasks.insert(task, slot);
+            return;
+        };
+        slot.attempt = slot.attempt.max(old.attempt);
+        if let Some(w) = old.worker.and_then(|w| st.workers.get_mut(&w)) {
             w.running.remove(&task);
             if old.parked {
                 w.parked -= 1;
             }
+            let frame = json!({"type": "revoke", "task": task, "attempt": old.attempt});
+            let _ = w.out.send(text(frame.to_string()));
+        }
+        if let Some(to) = old.remote {
+            forget(&mut st.exports, to, task);
+        }
+        if let Link::Remote(holder) = old.to_proxy {
+            forget(&mut st.imports, holder, task);
+        }
+        st.tasks.insert(task, slot);
+    }
+
+    /// Puts waiting task `task` where a worker will take it: its tool's
+    /// queue here when a worker here serves the tool (or when no instance's
+    /// worker does: it waits here), else another instance whose workers
+    /// serve it (a task held here only; one sent here stays).
+    fn place(&self, st: &mut HubState, task: TaskId) {
+        let Some(slot) = st.tasks.get(&task) else {
+            return;
+        };
+        let (tool, root) = (slot.tool.clone(), slot.root);
+        if matches!(slot.to_proxy, Link::Local(_))
+            && !serves(st, &tool)
+            && let Some(to) = self.pick(st, &tool)
+        {
+            let slot = st.tasks.get_mut(&task).expect("looked up above");
+            slot.remote = Some(to);
+            let mail = json!({
+                "k": "export",
+                "task": task,
+                "tool": &*tool,
+                "root": root,
+                "parent": slot.parent,
+                "arguments": slot.arguments,
+                "attempt": slot.attempt,
+                "replay": slot.replay,
+                "dependencies": slot.dependencies,
+            });
+            st.exports.entry(to).or_default().insert(task);
+            self.post(to, mail);
+            return;
         }
         st.queues.entry(tool.clone()).or_default().push(root, task);
-        self.dispatch_tool(&mut st, &tool);
-        (owner, waiting_message(&st, &tool, task))
+        self.dispatch_tool(st, &tool);
+    }
+
+    /// Another instance whose workers serve `tool`, in turn (`None` outside
+    /// a cluster, or when none does).
+    fn pick(&self, st: &mut HubState, tool: &str) -> Option<uuid::Uuid> {
+        self.relay.read().as_ref()?;
+        let n = st.remote.get(tool).map_or(0, Vec::len);
+        if n == 0 {
+            return None;
+        }
+        st.turn = st.turn.wrapping_add(1);
+        st.remote.get(tool).map(|l| l[st.turn % n])
+    }
+
+    /// Sends `mail` to instance `to` through the cluster relay (dropped
+    /// outside a cluster).
+    fn post(&self, to: uuid::Uuid, mut mail: Value) {
+        if let Some(relay) = self.relay.read().as_ref() {
+            mail["from"] = json!(relay.me.to_string());
+            let _ = relay.tx.send((to, mail.to_string()));
+        }
     }
 
     /// The proxy of `task` ended (a result, a failure, a cancel, or its
@@ -380,6 +598,17 @@ impl Hub {
         let Some(slot) = st.tasks.remove(&task) else {
             return;
         };
+        if let Some(to) = slot.remote {
+            forget(&mut st.exports, to, task);
+            self.post(to, json!({"k": "finish", "task": task, "cancel": cancel}));
+            return;
+        }
+        self.release(&mut st, task, slot, cancel);
+    }
+
+    /// `task`'s slot, taken out, lets go of its worker (told of a cancel
+    /// when `cancel`), whose free slot goes to the next waiting task.
+    fn release(&self, st: &mut HubState, task: TaskId, slot: Slot, cancel: bool) {
         if let Some(w) = slot.worker
             && let Some(worker) = st.workers.get_mut(&w)
         {
@@ -391,7 +620,7 @@ impl Hub {
                 let frame = serde_json::json!({"type": "cancel", "task": task, "attempt": slot.attempt});
                 let _ = worker.out.send(text(frame.to_string()));
             }
-            self.dispatch_worker(&mut st, w);
+            self.dispatch_worker(st, w);
         }
     }
 
@@ -407,6 +636,15 @@ impl Hub {
         let Some(slot) = st.tasks.get_mut(&task) else {
             return;
         };
+        if let Some(to) = slot.remote {
+            if slot.attempt == attempt {
+                self.post(
+                    to,
+                    json!({"k": "park", "task": task, "attempt": attempt, "parked": parked}),
+                );
+            }
+            return;
+        }
         let Some(w) = slot.worker else {
             return;
         };
@@ -427,7 +665,7 @@ impl Hub {
 
     /// A frame from worker `worker`: routed to the proxy of its task if it
     /// is the task's current attempt on this worker, else refused.
-    fn route(&self, worker: u64, frame: FromWorker) -> Result<(), WireError> {
+    fn route(&self, worker: u64, frame: FromWorker, raw: &str) -> Result<(), WireError> {
         let Some((task, attempt)) = frame.task() else {
             return Ok(());
         };
@@ -454,7 +692,12 @@ impl Hub {
                 ),
             ));
         }
-        let _ = slot.to_proxy.send(ToProxy::Frame(frame));
+        match &slot.to_proxy {
+            Link::Local(tx) => {
+                let _ = tx.send(ToProxy::Frame(frame));
+            }
+            Link::Remote(holder) => self.post(*holder, json!({"k": "frame", "task": task, "text": raw})),
+        }
         Ok(())
     }
 
@@ -472,11 +715,13 @@ impl Hub {
                 "worker back after its lease ended: it gets new tasks again"
             );
             self.dispatch_worker(&mut st, worker);
+            self.changed.notify_one();
         }
     }
 
     /// Worker `worker` went silent past its lease (`gone` false) or left:
-    /// its tasks wait for another attempt.
+    /// its tasks wait for another attempt. A task another instance sent
+    /// here goes back to it when no worker here serves its tool any more.
     fn lose(&self, worker: u64, gone: bool) {
         let mut guard = self.state.lock();
         let st = &mut *guard;
@@ -486,6 +731,7 @@ impl Hub {
         let tasks: Vec<TaskId> = w.running.drain().collect();
         w.parked = 0;
         let name = w.name.clone();
+        let its_tools = w.tools.clone();
         if gone {
             st.workers.remove(&worker);
             tracing::info!(worker, name = %name, tasks = tasks.len(), "worker disconnected");
@@ -499,6 +745,7 @@ impl Hub {
         } else {
             format!("worker {name:?} lost its lease")
         };
+        let unserved: Vec<Arc<str>> = its_tools.into_iter().filter(|t| !serves(st, t)).collect();
         let mut tools = Vec::new();
         for task in tasks {
             let Some(slot) = st.tasks.get_mut(&task) else {
@@ -511,15 +758,63 @@ impl Hub {
             slot.worker = None;
             slot.replay = true;
             slot.parked = false;
-            let _ = slot.to_proxy.send(ToProxy::Lost { why: why.clone() });
             let (tool, root) = (slot.tool.clone(), slot.root);
+            match &slot.to_proxy {
+                Link::Local(tx) => {
+                    let _ = tx.send(ToProxy::Lost { why: why.clone() });
+                }
+                Link::Remote(holder) => {
+                    let holder = *holder;
+                    if unserved.contains(&tool) {
+                        self.give_back(st, task, &why);
+                        continue;
+                    }
+                    self.post(holder, json!({"k": "lost", "task": task, "why": &why}));
+                }
+            }
             st.queues.entry(tool.clone()).or_default().push(root, task);
             if !tools.contains(&tool) {
                 tools.push(tool);
             }
         }
+        for tool in &unserved {
+            self.give_back_queued(st, tool, &why);
+        }
         for tool in tools {
             self.dispatch_tool(st, &tool);
+        }
+        self.changed.notify_one();
+    }
+
+    /// Task `task`, sent here by the instance that holds it, goes back to
+    /// it (`why`): no worker here serves its tool any more.
+    fn give_back(&self, st: &mut HubState, task: TaskId, why: &str) {
+        let Some(Link::Remote(holder)) = st.tasks.get(&task).map(|s| &s.to_proxy) else {
+            return;
+        };
+        let holder = *holder;
+        if let Some(slot) = st.tasks.remove(&task) {
+            self.release(st, task, slot, false);
+        }
+        forget(&mut st.imports, holder, task);
+        self.post(holder, json!({"k": "returned", "task": task, "why": why}));
+    }
+
+    /// [`Hub::give_back`] for every task of `tool` waiting here that
+    /// another instance sent.
+    fn give_back_queued(&self, st: &mut HubState, tool: &Arc<str>, why: &str) {
+        let Some(queue) = st.queues.remove(tool) else {
+            return;
+        };
+        for task in queue.drain() {
+            match st.tasks.get(&task) {
+                Some(slot) if matches!(slot.to_proxy, Link::Remote(_)) => self.give_back(st, task, why),
+                Some(slot) => {
+                    let root = slot.root;
+                    st.queues.entry(tool.clone()).or_default().push(root, task);
+                }
+                None => {}
+            }
         }
     }
 
@@ -591,16 +886,336 @@ impl Hub {
                 "dependencies": slot.dependencies,
             });
             // The proxy hears of the attempt before any of its frames.
-            let _ = slot.to_proxy.send(ToProxy::Assigned {
-                attempt: slot.attempt,
-                worker: w.name.clone(),
-                out: w.out.clone(),
-            });
+            match &slot.to_proxy {
+                Link::Local(tx) => {
+                    let _ = tx.send(ToProxy::Assigned {
+                        attempt: slot.attempt,
+                        worker: w.name.clone(),
+                        out: Outbox::Local(w.out.clone()),
+                    });
+                }
+                Link::Remote(holder) => self.post(
+                    *holder,
+                    json!({"k": "assigned", "task": task, "attempt": slot.attempt, "worker": &*w.name}),
+                ),
+            }
             slot.replay = true;
             let _ = w.out.send(text(frame.to_string()));
             return true;
         }
     }
+}
+
+/// Workers in a cluster (`docs/workers.md`, "Workers in a cluster").
+impl Hub {
+    /// Makes `tx` the way to the other instances of the cluster this
+    /// instance (`me`) joined (each incarnation sets its own; the previous
+    /// relay's loop ends).
+    pub(crate) fn set_relay(&self, me: uuid::Uuid, tx: mpsc::UnboundedSender<(uuid::Uuid, String)>) {
+        *self.relay.write() = Some(Relay { me, tx });
+        self.changed.notify_one();
+    }
+
+    /// The tools this instance's live workers serve now: names and
+    /// declarations (JSON, as a worker's `hello` declares a tool).
+    pub(crate) fn served(&self) -> (Vec<String>, Vec<String>) {
+        let st = self.state.lock();
+        st.tools
+            .iter()
+            .filter(|t| serves(&st, &t.label))
+            .map(|t| (t.spec.name.clone(), decl_of(&t.spec).to_string()))
+            .unzip()
+    }
+
+    /// What the other live instances' workers serve (instance, tool,
+    /// declaration), and which instances live: tools unknown here are
+    /// registered; tasks sent to an instance that serves their tool no
+    /// more come back and are placed again; tasks sent here by an instance
+    /// that is gone are dropped (its trees' next holder sends them again);
+    /// tasks waiting here for a tool only other instances serve are sent
+    /// to them.
+    pub(crate) fn set_remote(
+        self: &Arc<Self>,
+        rows: Vec<(uuid::Uuid, String, String)>,
+        live: &HashSet<uuid::Uuid>,
+    ) {
+        let server = self.server();
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let mut remote: HashMap<Arc<str>, Vec<uuid::Uuid>> = HashMap::new();
+        for (instance, name, decl) in rows {
+            let label = match st.tools.iter().find(|t| t.spec.name == name) {
+                Some(t) => t.label.clone(),
+                None => {
+                    let Some(server) = &server else { continue };
+                    let spec = serde_json::from_str::<ToolDecl>(&decl)
+                        .map_err(|e| WireError::new("bad_hello", e.to_string()))
+                        .and_then(|d| spec_of(server, d));
+                    let spec = match spec {
+                        Ok(spec) => spec,
+                        Err(e) => {
+                            tracing::warn!(tool = %name, %instance, error = %e.message, "another instance's worker tool is not valid here");
+                            continue;
+                        }
+                    };
+                    let label: Arc<str> = Arc::from(spec.name.as_str());
+                    let _ = server.runtime().stats().tool(Some(&label));
+                    st.tools.push(RegisteredTool {
+                        label: label.clone(),
+                        spec,
+                        tool: Arc::new(WorkerTool {
+                            hub: Arc::downgrade(self),
+                        }),
+                    });
+                    label
+                }
+            };
+            remote.entry(label).or_default().push(instance);
+        }
+        if remote == st.remote && *live == st.live {
+            return;
+        }
+        st.remote = remote;
+        st.live = live.clone();
+        let mut back = Vec::new();
+        for (to, tasks) in &st.exports {
+            for task in tasks {
+                let still = st
+                    .tasks
+                    .get(task)
+                    .is_some_and(|s| st.remote.get(&s.tool).is_some_and(|l| l.contains(to)));
+                if !still {
+                    back.push((*to, *task));
+                }
+            }
+        }
+        for (to, task) in back {
+            self.came_back(
+                st,
+                to,
+                task,
+                &format!("cluster instance {to} has no worker serving its tool any more"),
+            );
+        }
+        let gone: Vec<uuid::Uuid> = st.imports.keys().filter(|h| !live.contains(h)).copied().collect();
+        for holder in gone {
+            for task in st.imports.remove(&holder).unwrap_or_default() {
+                if let Some(slot) = st.tasks.remove(&task) {
+                    self.release(st, task, slot, true);
+                }
+            }
+        }
+        let elsewhere: Vec<Arc<str>> = st
+            .queues
+            .keys()
+            .filter(|t| st.remote.contains_key(*t) && !serves(st, t))
+            .cloned()
+            .collect();
+        for tool in elsewhere {
+            for task in st.queues.remove(&tool).map(FairQueue::drain).unwrap_or_default() {
+                self.place(st, task);
+            }
+        }
+    }
+
+    /// Task `task`, sent to instance `to`, comes back (`why`): its proxy
+    /// hears that an attempt running there ended, and it is placed again
+    /// (`to` counts as not serving its tool until the next look).
+    fn came_back(&self, st: &mut HubState, to: uuid::Uuid, task: TaskId, why: &str) {
+        forget(&mut st.exports, to, task);
+        let Some(slot) = st.tasks.get_mut(&task) else {
+            return;
+        };
+        if slot.remote != Some(to) {
+            return;
+        }
+        slot.remote = None;
+        slot.replay |= slot.attempt > 0;
+        if slot.attempt > 0
+            && let Link::Local(tx) = &slot.to_proxy
+        {
+            let _ = tx.send(ToProxy::Lost { why: why.to_owned() });
+        }
+        let tool = slot.tool.clone();
+        if let Some(l) = st.remote.get_mut(&tool) {
+            l.retain(|i| *i != to);
+        }
+        self.place(st, task);
+    }
+
+    /// News from another instance (`body`, JSON), in the order it was sent.
+    pub(crate) fn deliver(self: &Arc<Self>, body: &str) {
+        let Envelope { from, mail } = match serde_json::from_str::<Envelope>(body) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "unreadable worker news from another instance");
+                return;
+            }
+        };
+        let Ok(from) = from.parse::<uuid::Uuid>() else {
+            return;
+        };
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        match mail {
+            Mail::Export {
+                task,
+                tool,
+                root,
+                parent,
+                arguments,
+                attempt,
+                replay,
+                dependencies,
+            } => {
+                let label = st
+                    .tools
+                    .iter()
+                    .find(|t| t.spec.name == tool)
+                    .map(|t| t.label.clone());
+                let Some(label) = label.filter(|l| serves(st, l)) else {
+                    let why =
+                        format!("no worker serving {tool:?} is connected to the instance it was sent to");
+                    self.post(from, json!({"k": "returned", "task": task, "why": why}));
+                    return;
+                };
+                let slot = Slot {
+                    tool: label,
+                    root,
+                    parent,
+                    arguments,
+                    attempt,
+                    replay: replay || attempt > 0,
+                    worker: None,
+                    parked: false,
+                    dependencies,
+                    owner: self.next_owner.fetch_add(1, Ordering::Relaxed),
+                    to_proxy: Link::Remote(from),
+                    remote: None,
+                };
+                self.insert(st, task, slot);
+                st.imports.entry(from).or_default().insert(task);
+                self.place(st, task);
+            }
+            Mail::Send {
+                task,
+                attempt,
+                text: frame,
+            } => {
+                if let Some(slot) = st.tasks.get(&task)
+                    && matches!(slot.to_proxy, Link::Remote(h) if h == from)
+                    && slot.attempt == attempt
+                    && let Some(w) = slot.worker.and_then(|w| st.workers.get(&w))
+                {
+                    let _ = w.out.send(text(frame));
+                }
+            }
+            Mail::Park {
+                task,
+                attempt,
+                parked,
+            } => {
+                if st
+                    .tasks
+                    .get(&task)
+                    .is_some_and(|s| matches!(s.to_proxy, Link::Remote(h) if h == from))
+                {
+                    drop(guard);
+                    self.park(task, attempt, parked);
+                }
+            }
+            Mail::Finish { task, cancel } => {
+                if st
+                    .tasks
+                    .get(&task)
+                    .is_some_and(|s| matches!(s.to_proxy, Link::Remote(h) if h == from))
+                    && let Some(slot) = st.tasks.remove(&task)
+                {
+                    forget(&mut st.imports, from, task);
+                    self.release(st, task, slot, cancel);
+                }
+            }
+            Mail::Assigned {
+                task,
+                attempt,
+                worker,
+            } => {
+                if let Some(slot) = st.tasks.get_mut(&task)
+                    && slot.remote == Some(from)
+                    && let Link::Local(tx) = &slot.to_proxy
+                {
+                    slot.attempt = attempt;
+                    let _ = tx.send(ToProxy::Assigned {
+                        attempt,
+                        worker: Arc::from(format!("{worker} (on instance {from})")),
+                        out: Outbox::Remote {
+                            hub: Arc::downgrade(self),
+                            to: from,
+                            task,
+                            attempt,
+                        },
+                    });
+                }
+            }
+            Mail::Lost { task, why } => {
+                if let Some(slot) = st.tasks.get(&task)
+                    && slot.remote == Some(from)
+                    && let Link::Local(tx) = &slot.to_proxy
+                {
+                    let _ = tx.send(ToProxy::Lost { why });
+                }
+            }
+            Mail::Frame { task, text: frame } => {
+                let Some(slot) = st.tasks.get(&task) else { return };
+                let Link::Local(tx) = &slot.to_proxy else { return };
+                if slot.remote != Some(from) {
+                    return;
+                }
+                match serde_json::from_str::<FromWorker>(&frame) {
+                    Ok(f) if f.task() == Some((task, slot.attempt)) => {
+                        let _ = tx.send(ToProxy::Frame(f));
+                    }
+                    Ok(_) => {
+                        self.stats.refused_reports.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "an unreadable frame passed on by another instance"),
+                }
+            }
+            Mail::Returned { task, why } => self.came_back(st, from, task, &why),
+        }
+    }
+}
+
+/// Whether a live worker here serves `tool`.
+fn serves(st: &HubState, tool: &str) -> bool {
+    st.workers
+        .values()
+        .any(|w| !w.expired && w.tools.iter().any(|t| **t == *tool))
+}
+
+/// Takes `task` out of `by`'s set for `instance`.
+fn forget(by: &mut HashMap<uuid::Uuid, HashSet<TaskId>>, instance: uuid::Uuid, task: TaskId) {
+    if let Some(set) = by.get_mut(&instance) {
+        set.remove(&task);
+        if set.is_empty() {
+            by.remove(&instance);
+        }
+    }
+}
+
+/// A tool as a worker's `hello` declares it (another instance registers it
+/// from this).
+fn decl_of(spec: &ToolSpec) -> Value {
+    json!({
+        "name": spec.name,
+        "description": spec.description,
+        "inputSchema": spec.input_schema,
+        "taskSupport": match spec.task_support {
+            TaskSupport::Required => "required",
+            _ => "optional",
+        },
+        "resumable": spec.resumable,
+    })
 }
 
 /// The status message of a task that waits for a worker (`None` when it
@@ -609,6 +1224,11 @@ fn waiting_message(st: &HubState, tool: &str, task: TaskId) -> Option<String> {
     let slot = st.tasks.get(&task)?;
     if slot.worker.is_some() {
         return None;
+    }
+    if let Some(to) = slot.remote {
+        return Some(format!(
+            "waiting for a worker serving {tool:?} (sent to cluster instance {to}, whose workers serve it)"
+        ));
     }
     let serving: Vec<&WorkerEntry> = st
         .workers

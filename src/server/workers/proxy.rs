@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
-use axum::extract::ws::Message;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -17,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::wire::{self, FromWorker, WireError};
-use super::{Hub, Slot, ToProxy, text};
+use super::{Hub, Link, Outbox, Slot, ToProxy};
 use crate::model::{ErrorCode, ErrorObject, JsonObject, TaskId};
 use crate::runtime::{HandlerResult, SubtaskHandle, SubtaskOptions, TaskContext, TaskError};
 use crate::server::tool::{ToolCall, ToolOutcome};
@@ -33,7 +32,7 @@ pub(super) fn body(hub: Arc<Hub>, tool: String, arguments: JsonObject) -> crate:
 struct Target {
     attempt: u32,
     reference: Option<u64>,
-    out: mpsc::UnboundedSender<Message>,
+    out: Outbox,
     current: Arc<AtomicU32>,
 }
 
@@ -43,7 +42,7 @@ impl Target {
             return;
         }
         if let Some(r) = self.reference {
-            let _ = self.out.send(text(wire::reply(r, &answer)));
+            self.out.send(wire::reply(r, &answer));
         }
     }
 }
@@ -111,7 +110,7 @@ struct Proxy {
     cursor: usize,
     attempt: u32,
     current: Arc<AtomicU32>,
-    out: Option<mpsc::UnboundedSender<Message>>,
+    out: Option<Outbox>,
     children: HashMap<TaskId, SubtaskHandle>,
     pending: FuturesUnordered<BoxFuture<'static, ()>>,
     /// The current attempt's span.
@@ -143,7 +142,8 @@ async fn run(hub: Arc<Hub>, tool: Arc<str>, arguments: JsonObject, ctx: TaskCont
             parked: false,
             dependencies: wire::dependencies(ctx.dependencies()),
             owner: 0,
-            to_proxy: tx,
+            to_proxy: Link::Local(tx),
+            remote: None,
         },
     );
     let mut registration = Registration {

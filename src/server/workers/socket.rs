@@ -116,7 +116,7 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket) {
         };
         let reference = parsed.reference();
         let about = parsed.task();
-        if let Err(e) = hub.route(worker, parsed) {
+        if let Err(e) = hub.route(worker, parsed, frame.as_str()) {
             let msg = match (reference, about) {
                 (Some(r), _) => wire::reply(r, &Err(e)),
                 (None, Some((task, attempt))) => wire::error_about(&e, task, attempt),

@@ -151,8 +151,9 @@ pub(crate) fn share_live_counts(
 }
 
 /// Deletes what nobody needs any more: answers nobody collected (the
-/// requester died) after 10 minutes, the live counts of revoked instances,
-/// and revoked instances that hold nothing.
+/// requester died) after 10 minutes, the live counts, worker tools and
+/// worker news of revoked instances, and revoked instances that hold
+/// nothing.
 pub(crate) fn collect_garbage(client: &mut Client) -> Result<(), postgres::Error> {
     client.execute(
         "DELETE FROM subtask_inbox WHERE answer IS NOT NULL AND created_at < now() - interval '10 minutes'",
@@ -160,6 +161,15 @@ pub(crate) fn collect_garbage(client: &mut Client) -> Result<(), postgres::Error
     )?;
     client.execute(
         "DELETE FROM subtask_live l USING subtask_instances i WHERE i.id = l.instance AND i.revoked",
+        &[],
+    )?;
+    // What revoked instances' workers served, and news nobody will take.
+    client.execute(
+        "DELETE FROM subtask_worker_tools w USING subtask_instances i WHERE i.id = w.instance AND i.revoked",
+        &[],
+    )?;
+    client.execute(
+        "DELETE FROM subtask_worker_mail m USING subtask_instances i WHERE i.id = m.instance AND i.revoked",
         &[],
     )?;
     client.execute(

@@ -1,7 +1,9 @@
 //! The notifications between cluster instances, on a session of their own
 //! (`LISTEN` belongs to a session, and its notifications must be read as
 //! they come): `subtask_answer` (inbox seqs answered), `subtask_changed`
-//! (trees a commit wrote) and `subtask_inbox` (a command for a holder).
+//! (trees a commit wrote), `subtask_inbox` (a command for a holder),
+//! `subtask_workers` (what workers serve changed) and `subtask_mail`
+//! (worker news for an instance, `workers.rs`).
 //! The commits and the inbox send them (`commit.rs`, `inbox.rs`).
 
 use std::time::Duration;
@@ -22,6 +24,10 @@ pub(crate) enum Note {
     Changed(Vec<TaskId>),
     /// A command was stored for the holder named (`None`: no holder known).
     Inbox(Option<uuid::Uuid>),
+    /// Some instance's workers serve other tools now.
+    Workers,
+    /// Worker news was stored for the instance named.
+    Mail(Option<uuid::Uuid>),
 }
 
 impl Note {
@@ -38,6 +44,8 @@ impl Note {
                     .collect(),
             ),
             "subtask_inbox" => Note::Inbox(payload.parse().ok()),
+            "subtask_workers" => Note::Workers,
+            "subtask_mail" => Note::Mail(payload.parse().ok()),
             _ => return None,
         })
     }
@@ -54,8 +62,11 @@ impl Listener {
     /// The server cannot be reached ([`StoreError::Io`]).
     pub(crate) fn open(connector: &Connector) -> Result<Listener, StoreError> {
         let mut conn = connector.connect()?;
-        conn.batch_execute("LISTEN subtask_answer; LISTEN subtask_changed; LISTEN subtask_inbox")
-            .map_err(io)?;
+        conn.batch_execute(
+            "LISTEN subtask_answer; LISTEN subtask_changed; LISTEN subtask_inbox; LISTEN subtask_workers; \
+             LISTEN subtask_mail",
+        )
+        .map_err(io)?;
         Ok(Listener(conn))
     }
 

@@ -60,6 +60,8 @@ mod read;
 pub(crate) mod remote;
 mod schema;
 mod session;
+#[cfg(feature = "server")]
+pub(crate) mod workers;
 
 use std::sync::Arc;
 use std::thread::JoinHandle;

@@ -68,6 +68,24 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX subtask_journal_root ON subtask_journal (root);
 ",
+    "
+    -- The worker tools each instance's connected workers serve now, with
+    -- their declarations (docs/workers.md: Workers in a cluster).
+    CREATE TABLE subtask_worker_tools (
+        instance UUID NOT NULL,
+        tool     TEXT NOT NULL,
+        decl     TEXT NOT NULL,
+        PRIMARY KEY (instance, tool)
+    );
+    -- Worker protocol news passed between instances (a task held by one,
+    -- run by a worker connected to another), taken in seq order.
+    CREATE TABLE subtask_worker_mail (
+        seq      BIGSERIAL PRIMARY KEY,
+        instance UUID NOT NULL,
+        body     TEXT NOT NULL
+    );
+    CREATE INDEX subtask_worker_mail_to ON subtask_worker_mail (instance, seq);
+",
 ];
 
 /// The schema version this build writes.
