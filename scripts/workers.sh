@@ -9,7 +9,9 @@
 #   3. tests/workers (pytest, in the same venv): a Python parent with
 #      TypeScript, Python and Rust subtasks, and a released MCP client
 #      (@modelcontextprotocol/sdk 1.32.2, installed by scripts/interop.sh)
-#      driving a worker tool to completion.
+#      driving a worker tool to completion; and workers in a cluster
+#      (test_cluster.py: two instances on the PostgreSQL server that
+#      scripts/test.sh starts, SUBTASK_TEST_PG; fails without it).
 #
 # The server binary is built here (`cargo build --bin subtask`) and copied
 # aside, so a concurrent build cannot change it under the suites. Fails on

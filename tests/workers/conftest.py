@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -18,3 +19,22 @@ def pytest_configure(config: pytest.Config) -> None:
     for var in ("SUBTASK_BIN", "NODE22"):
         if not os.environ.get(var):
             raise pytest.UsageError(f"{var} is not set (scripts/workers.sh sets it)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call":
+        item.rep_call = rep  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def start_process(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
+    """Runs a Python script (a worker) as a subprocess until the test ends."""
+    from support import WorkerProcesses
+
+    procs = WorkerProcesses(tmp_path)
+    yield procs.start
+    rep = getattr(request.node, "rep_call", None)
+    procs.stop(rep is not None and rep.failed)

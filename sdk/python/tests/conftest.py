@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-from support import Server, WorkerProcess, WorkerThread
+from support import Server, WorkerProcess, WorkerProcesses, WorkerThread
 
 from subtask_worker import Worker
 
@@ -63,17 +63,7 @@ def start_worker(server: Server) -> Iterator[Callable[[Worker], WorkerThread]]:
 @pytest.fixture
 def start_process(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., WorkerProcess]]:
     """Runs a Python script (a worker) as a subprocess until the test ends."""
-    procs: list[WorkerProcess] = []
-
-    def start(script: Path, *args: str, name: str = "worker") -> WorkerProcess:
-        p = WorkerProcess(script, list(args), tmp_path / f"{name}.log")
-        procs.append(p)
-        return p
-
-    yield start
-    for p in procs:
-        p.stop()
+    procs = WorkerProcesses(tmp_path)
+    yield procs.start
     rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        for p in procs:
-            print(f"--- {p.log_path.name} ---\n{p.log()[-4000:]}")
+    procs.stop(rep is not None and rep.failed)

@@ -67,13 +67,16 @@ def terminate(proc: "subprocess.Popen[Any]") -> None:
 
 
 class Server:
-    """`subtask serve --memory` on a free loopback port, taking workers."""
+    """`subtask serve` on a free loopback port, taking workers: in memory,
+    or on the store `store` names (e.g. `["--db", url]`, a cluster instance
+    when the URL is PostgreSQL's)."""
 
-    def __init__(self, log_dir: Path, port: int | None = None, name: str = "server") -> None:
+    def __init__(self, log_dir: Path, port: int | None = None, name: str = "server",
+                 store: list[str] | None = None) -> None:
         self.port = port or free_port()
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "wb")
-        args = [subtask_bin(), "serve", "--memory", "--listen", f"127.0.0.1:{self.port}",
+        args = [subtask_bin(), "serve", *(store or ["--memory"]), "--listen", f"127.0.0.1:{self.port}",
                 "--worker-token", TOKEN, "--worker-lease-ms", str(LEASE_MS)]
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
         self.ws_url = f"ws://127.0.0.1:{self.port}/workers"
@@ -272,3 +275,24 @@ class WorkerProcess:
             self.proc.send_signal(signal.SIGCONT)  # a stopped process cannot exit
         terminate(self.proc)
         self._log.close()
+
+
+class WorkerProcesses:
+    """The worker subprocesses a test started: all stopped at its end, their
+    logs printed when it failed (the `start_process` fixtures)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: list[WorkerProcess] = []
+
+    def start(self, script: Path, *args: str, name: str = "worker") -> WorkerProcess:
+        p = WorkerProcess(script, list(args), self.log_dir / f"{name}.log")
+        self.procs.append(p)
+        return p
+
+    def stop(self, failed: bool) -> None:
+        for p in self.procs:
+            p.stop()
+        if failed:
+            for p in self.procs:
+                print(f"--- {p.log_path.name} ---\n{p.log()[-4000:]}")
