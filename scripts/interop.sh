@@ -67,6 +67,7 @@
 #                      the Node clients on both transports, py_mcp over HTTP, the Inspector its
 #                      command lines and outputs)
 #   INTEROP_CACHE      install directory (default $REPO/.cache/interop)
+#   INTEROP_SETUP_ONLY=1  install what the chosen clients need, then stop (scripts/oauth.sh)
 #   INTEROP_TIMEOUT_S  per-row timeout in seconds (default 120)
 #   INTEROP_STARTUP_S  seconds to wait for a server to listen (default 30)
 #   INTEROP_BUILD_TRIES  attempts at `cargo build --bin subtask`, a minute apart (default 5)
@@ -267,6 +268,12 @@ if wants py_mcp agents_py; then
 fi
 if wants py_mcp1; then
   install_py "$VENV_MCP1" "$DIR/requirements-mcp1.txt" && py1_ok=1
+fi
+
+# INTEROP_SETUP_ONLY=1: install, then stop (scripts/oauth.sh uses it).
+if [[ -n "${INTEROP_SETUP_ONLY:-}" ]]; then
+  [[ "$node_ok" == 1 ]] || { echo "interop.sh: Node 22 and the npm packages could not be installed" >&2; exit 1; }
+  exit 0
 fi
 
 # ---------------------------------------------------------------- build

@@ -66,6 +66,9 @@ bash scripts/ui.sh
 echo "== interop suite: released MCP clients drive subtask serve (installs pinned clients into .cache/)"
 bash scripts/interop.sh
 
+echo "== OAuth: a real authorization server (oidc-provider) and a released client against subtask serve (scripts/oauth.sh)"
+bash scripts/oauth.sh
+
 echo "== workers: the Python and TypeScript SDKs' suites, a tree in three languages, a released client (scripts/workers.sh)"
 bash scripts/workers.sh
 

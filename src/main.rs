@@ -368,6 +368,60 @@ struct OpsArgs {
     /// fifth of it).
     #[arg(long = "worker-lease-ms", default_value_t = 10_000)]
     worker_lease_ms: u64,
+    #[command(flatten)]
+    oauth: OAuthArgs,
+}
+
+/// `serve` as an OAuth 2.1 resource server (docs/auth.md).
+#[derive(Debug, clap::Args)]
+struct OAuthArgs {
+    /// Take JWT access tokens issued by this authorization server (its
+    /// issuer identifier; repeatable). Its keys are found through its
+    /// metadata. Needs --oauth-resource. With --tokens too, a static token
+    /// is tried first.
+    #[arg(long = "oauth-issuer")]
+    oauth_issuer: Vec<String>,
+    /// This server's resource URI, which a token's audience must name: the
+    /// /mcp endpoint's URL as clients reach it (e.g.
+    /// https://mcp.example.com/mcp).
+    #[arg(long = "oauth-resource")]
+    oauth_resource: Option<String>,
+    /// The scope that lets a token call tools and read its own tasks.
+    #[arg(long = "oauth-scope-tasks", default_value = "mcp:tasks")]
+    oauth_scope_tasks: String,
+    /// The scope that lets a token steer, pause, resume and cancel.
+    #[arg(long = "oauth-scope-control", default_value = "mcp:control")]
+    oauth_scope_control: String,
+    /// The scope that lets a token open the web view and /metrics.
+    #[arg(long = "oauth-scope-observe", default_value = "mcp:observe")]
+    oauth_scope_observe: String,
+}
+
+impl OAuthArgs {
+    /// The OAuth configuration, when issuers were given.
+    fn config(&self) -> Result<Option<subtask::server::OAuthConfig>, String> {
+        if self.oauth_issuer.is_empty() {
+            return match self.oauth_resource {
+                Some(_) => Err("--oauth-resource needs --oauth-issuer".to_owned()),
+                None => Ok(None),
+            };
+        }
+        let Some(resource) = &self.oauth_resource else {
+            return Err("--oauth-issuer needs --oauth-resource (this server's /mcp URL, which tokens must name)".to_owned());
+        };
+        for url in self.oauth_issuer.iter().chain([resource]) {
+            if !(url.starts_with("https://") || url.starts_with("http://")) {
+                return Err(format!("{url:?} is not an http(s) URL"));
+            }
+        }
+        let mut config = subtask::server::OAuthConfig::new(resource.clone(), self.oauth_issuer.clone());
+        config.scopes = subtask::server::ScopeNames {
+            tasks: self.oauth_scope_tasks.clone(),
+            control: self.oauth_scope_control.clone(),
+            observe: self.oauth_scope_observe.clone(),
+        };
+        Ok(Some(config))
+    }
 }
 
 impl OpsArgs {
@@ -473,8 +527,20 @@ async fn serve(
         agent_tools: ops.agent_tools,
         background: ops.background,
         workers: ops.workers()?,
+        oauth: ops.oauth.config()?,
         ..ServerConfig::default()
     };
+    if stdio && config.oauth.is_some() {
+        return Err("--oauth-issuer needs the HTTP listener: stdio has no bearer tokens".to_owned());
+    }
+    if let Some(o) = &config.oauth {
+        tracing::info!(
+            issuers = ?o.issuers,
+            resource = %o.resource,
+            metadata = %o.metadata_url(),
+            "OAuth access tokens accepted; every task belongs to its token's issuer and subject"
+        );
+    }
     if stdio && config.workers.is_some() {
         return Err(
             "--worker-token/--worker-tokens need the HTTP listener: workers connect to /workers, which --stdio does not serve"
@@ -501,6 +567,7 @@ async fn serve(
             );
             config.tokens = Some(table);
         }
+        None if config.oauth.is_some() => {}
         None => tracing::warn!(
             "no --tokens file: the server runs as one anonymous principal (anyone who can reach it sees every task)"
         ),

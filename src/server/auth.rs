@@ -25,6 +25,27 @@ impl Principal {
     }
 }
 
+/// What a caller may do: everything, unless an OAuth access token's scopes
+/// say less (`docs/auth.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grants {
+    /// Call tools and read its own tasks.
+    pub tasks: bool,
+    /// Steer, pause, resume and cancel its own tasks.
+    pub control: bool,
+    /// The web view and `/metrics`.
+    pub observe: bool,
+}
+
+impl Grants {
+    /// Everything: a caller without OAuth (no tokens, or a static token).
+    pub const ALL: Grants = Grants {
+        tasks: true,
+        control: true,
+        observe: true,
+    };
+}
+
 /// Bearer tokens and the principal each one authenticates.
 ///
 /// Tokens are kept as SHA-256 digests, so a lookup compares digests rather

@@ -63,6 +63,11 @@ pub struct ServerConfig {
     /// Accept workers at `/workers` (tool handlers in other processes and
     /// languages, `docs/workers.md`); `None` serves no `/workers`.
     pub workers: Option<super::WorkerConfig>,
+    /// Take OAuth access tokens (JWTs) from these authorization servers
+    /// (feature `oauth`, `docs/auth.md`); with [`ServerConfig::tokens`]
+    /// too, a static token is tried first.
+    #[cfg(feature = "oauth")]
+    pub oauth: Option<super::OAuthConfig>,
 }
 
 impl ServerConfig {
@@ -89,6 +94,8 @@ impl Default for ServerConfig {
             agent_tools: false,
             background: false,
             workers: None,
+            #[cfg(feature = "oauth")]
+            oauth: None,
         }
     }
 }

@@ -65,6 +65,11 @@ pub fn router(server: Server, shutdown: watch::Receiver<bool>) -> Router {
     } else {
         others
     };
+    #[cfg(feature = "oauth")]
+    let others = match &server.inner.oauth {
+        Some(v) => others.merge(super::oauth::router(v)),
+        None => others,
+    };
     let others = others
         .fallback(|| async { StatusCode::NOT_FOUND })
         .layer(trace_layer());
@@ -247,7 +252,7 @@ pub(crate) async fn answer(server: Server, shutdown: watch::Receiver<bool>, req:
 async fn endpoint(State(state): State<AppState>, caller: Result<Caller, Response>, req: Request) -> Response {
     let mut method = RpcMethod::NONE;
     let resp = match caller {
-        Ok(Caller(principal)) => answer_post(&state, principal, req, &mut method).await,
+        Ok(Caller(principal, grants)) => answer_post(&state, principal, grants, req, &mut method).await,
         Err(refusal) => refusal,
     };
     state
@@ -279,10 +284,53 @@ fn record_headers(span: &tracing::Span, headers: &RequestHeaders) -> bool {
     true
 }
 
+/// Whether `body` (one message or a batch) asks to steer, pause, resume or
+/// cancel a task: by method, or by calling a control tool that does.
+fn asks_control(server: &Server, body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow, default)]
+        name: Option<std::borrow::Cow<'a, str>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow, default)]
+        method: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default)]
+        params: Option<Params<'a>>,
+    }
+    let control = |m: &Message<'_>| {
+        let Some(method) = m.method.as_deref() else {
+            return false;
+        };
+        match crate::model::Method::from_name(method) {
+            Some(crate::model::Method::Task(t)) => matches!(
+                t,
+                crate::model::TaskMethod::Cancel
+                    | crate::model::TaskMethod::Steer
+                    | crate::model::TaskMethod::Pause
+                    | crate::model::TaskMethod::Resume
+            ),
+            Some(crate::model::Method::ToolsCall) => m
+                .params
+                .as_ref()
+                .and_then(|p| p.name.as_deref())
+                .is_some_and(|n| server.is_control_tool(n)),
+            _ => false,
+        }
+    };
+    if body.trim_ascii_start().first() == Some(&b'[') {
+        serde_json::from_slice::<Vec<Message<'_>>>(body).is_ok_and(|ms| ms.iter().any(control))
+    } else {
+        serde_json::from_slice::<Message<'_>>(body).is_ok_and(|m| control(&m))
+    }
+}
+
 /// Answers a POST to `/mcp`; sets `named` once a JSON-RPC message was read.
 async fn answer_post(
     state: &AppState,
     principal: super::Principal,
+    grants: super::Grants,
     req: Request,
     named: &mut RpcMethod,
 ) -> Response {
@@ -320,6 +368,12 @@ async fn answer_post(
             );
         }
     };
+    // A caller without the control grant (an OAuth token without its
+    // scope) cannot steer, pause, resume or cancel, by method or by the
+    // control tools (read only then: no cost to anyone else).
+    if !grants.control && asks_control(server, &body) {
+        return super::http_base::control_refusal(server);
+    }
     let (reply, method) = server
         .handle_named(Incoming {
             body: &body,

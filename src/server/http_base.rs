@@ -21,7 +21,7 @@ use futures::{Stream, StreamExt};
 use tokio::sync::watch;
 use tower_http::validate_request::ValidateRequest;
 
-use super::{Principal, Server, ServerConfig};
+use super::{Grants, Principal, Server, ServerConfig};
 use crate::model::{ErrorCode, ErrorObject, JsonRpcError};
 
 /// What every route of the router shares.
@@ -144,43 +144,175 @@ impl<B> ValidateRequest<B> for HostGuard {
     }
 }
 
-/// The caller's principal: anonymous without tokens, else the one its
-/// bearer token names (401 with `WWW-Authenticate: Bearer` otherwise).
-#[allow(clippy::result_large_err)]
-pub(crate) fn authenticate(headers: &HeaderMap, config: &ServerConfig) -> Result<Principal, Response> {
-    match &config.tokens {
-        None => Ok(Principal::anonymous()),
-        Some(tokens) => {
-            let bearer = header_str(headers, &header::AUTHORIZATION)
-                .and_then(|v| v.strip_prefix("Bearer ").map(str::trim));
-            match bearer.and_then(|t| tokens.authenticate(t)) {
-                Some(p) => Ok(p.clone()),
-                None => {
-                    let mut resp = error_response(
-                        StatusCode::UNAUTHORIZED,
-                        ErrorCode::INVALID_REQUEST,
-                        "unauthorized: missing or unknown bearer token",
-                    );
-                    resp.headers_mut()
-                        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                    Err(resp)
-                }
-            }
+/// What a route needs of its caller's grants (an OAuth token's scopes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// Call tools and read its own tasks (`/mcp`).
+    Tasks,
+    /// Steer, pause, resume or cancel (checked per request).
+    Control,
+    /// The web view and `/metrics`.
+    Observe,
+}
+
+impl Need {
+    pub(crate) fn granted(self, g: Grants) -> bool {
+        match self {
+            Need::Tasks => g.tasks,
+            Need::Control => g.control,
+            Need::Observe => g.observe,
         }
     }
 }
 
-/// The caller's principal as an extractor ([`authenticate`]): a handler
-/// that takes it runs only for a caller the server knows; anyone else is
-/// answered 401 with `WWW-Authenticate: Bearer`.
+/// The caller's principal and grants: anonymous without tokens, else the
+/// one its bearer token names: a static token (every grant), or with OAuth
+/// an access token that verifies (its scopes' grants, which must include
+/// `need`). Refused with 401 and `WWW-Authenticate: Bearer` (with OAuth:
+/// the resource metadata's URL and the scope needed, and `invalid_token`
+/// for a token that does not verify), or 403 `insufficient_scope`.
+#[allow(clippy::result_large_err)]
+pub(crate) async fn authenticate(headers: &HeaderMap, server: &Server, need: Need) -> Result<Caller, Response> {
+    let config = server.config();
+    let bearer = header_str(headers, &header::AUTHORIZATION).and_then(|v| v.strip_prefix("Bearer ").map(str::trim));
+    if let (Some(tokens), Some(token)) = (&config.tokens, bearer)
+        && let Some(p) = tokens.authenticate(token)
+    {
+        return Ok(Caller(p.clone(), Grants::ALL));
+    }
+    #[cfg(feature = "oauth")]
+    if let Some(verifier) = &server.inner.oauth {
+        let Some(token) = bearer else {
+            return Err(oauth_refusal(verifier, need, None));
+        };
+        return match verifier.verify(token).await {
+            Ok(v) if need.granted(v.grants) => Ok(Caller(v.principal, v.grants)),
+            Ok(_) => Err(insufficient_scope(Some(verifier), need)),
+            Err(refusal) => Err(oauth_refusal(verifier, need, Some(&refusal.0))),
+        };
+    }
+    if config.tokens.is_none() {
+        return Ok(Caller(Principal::anonymous(), Grants::ALL));
+    }
+    let mut resp = error_response(
+        StatusCode::UNAUTHORIZED,
+        ErrorCode::INVALID_REQUEST,
+        "unauthorized: missing or unknown bearer token",
+    );
+    resp.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    Err(resp)
+}
+
+/// A `WWW-Authenticate` parameter value: quotes and backslashes dropped,
+/// control characters too (RFC 6750's `error_description` is a quoted
+/// string of visible ASCII).
+#[cfg(feature = "oauth")]
+fn quoted(s: &str) -> String {
+    s.chars()
+        .filter(|c| (' '..='~').contains(c) && *c != '"' && *c != '\\')
+        .collect()
+}
+
+/// The scope name `need` asks for.
+#[cfg(feature = "oauth")]
+fn scope_of(verifier: &super::oauth::Verifier, need: Need) -> &str {
+    let n = &verifier.config().scopes;
+    match need {
+        Need::Tasks => &n.tasks,
+        Need::Control => &n.control,
+        Need::Observe => &n.observe,
+    }
+}
+
+/// 401 for a request without a token (`description` `None`) or with one
+/// that does not verify (`invalid_token`), naming the resource metadata
+/// (RFC 9728 §5.1) and the scope needed.
+#[cfg(feature = "oauth")]
+fn oauth_refusal(verifier: &super::oauth::Verifier, need: Need, description: Option<&str>) -> Response {
+    let mut challenge = format!(
+        "Bearer resource_metadata=\"{}\", scope=\"{}\"",
+        verifier.metadata_url,
+        scope_of(verifier, need)
+    );
+    let message = match description {
+        Some(d) => {
+            challenge.push_str(&format!(", error=\"invalid_token\", error_description=\"{}\"", quoted(d)));
+            format!("unauthorized: invalid access token: {d}")
+        }
+        None => "unauthorized: an access token is required (see the WWW-Authenticate header)".to_owned(),
+    };
+    let mut resp = error_response(StatusCode::UNAUTHORIZED, ErrorCode::INVALID_REQUEST, &message);
+    if let Ok(v) = HeaderValue::from_str(&challenge) {
+        resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    resp
+}
+
+/// 403 `insufficient_scope` for a caller whose grants lack `need` (a
+/// static token has every grant, so this is OAuth's refusal).
+#[allow(unused_variables)]
+pub(crate) fn insufficient_scope(
+    #[cfg(feature = "oauth")] verifier: Option<&super::oauth::Verifier>,
+    #[cfg(not(feature = "oauth"))] verifier: Option<&()>,
+    need: Need,
+) -> Response {
+    #[cfg(feature = "oauth")]
+    let (scope, challenge) = match verifier {
+        Some(v) => {
+            let scope = scope_of(v, need).to_owned();
+            let c = format!(
+                "Bearer error=\"insufficient_scope\", scope=\"{scope}\", resource_metadata=\"{}\", \
+                 error_description=\"the access token lacks scope {scope}\"",
+                v.metadata_url
+            );
+            (scope, Some(c))
+        }
+        None => (format!("{need:?}"), None),
+    };
+    #[cfg(not(feature = "oauth"))]
+    let (scope, challenge): (String, Option<String>) = (format!("{need:?}"), None);
+    let mut resp = error_response(
+        StatusCode::FORBIDDEN,
+        ErrorCode::INVALID_REQUEST,
+        &format!("forbidden: the access token lacks scope {scope}"),
+    );
+    if let Some(v) = challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    resp
+}
+
+/// 403 for a caller without the control grant asking to steer, pause,
+/// resume or cancel.
+pub(crate) fn control_refusal(server: &Server) -> Response {
+    #[cfg(feature = "oauth")]
+    return insufficient_scope(server.inner.oauth.as_deref(), Need::Control);
+    #[cfg(not(feature = "oauth"))]
+    {
+        let _ = server;
+        insufficient_scope(None, Need::Control)
+    }
+}
+
+/// The caller's principal and grants as an extractor ([`authenticate`],
+/// needing [`Need::Tasks`], or [`Need::Observe`] under `/ui` and at
+/// `/metrics`): a handler that takes it runs only for a caller the server
+/// knows; anyone else is refused.
 #[derive(Debug, Clone)]
-pub(crate) struct Caller(pub(crate) Principal);
+pub(crate) struct Caller(pub(crate) Principal, pub(crate) Grants);
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        authenticate(&parts.headers, state.server.config()).map(Caller)
+        let path = parts.uri.path();
+        let need = if path.starts_with("/ui") || path.starts_with("/metrics") {
+            Need::Observe
+        } else {
+            Need::Tasks
+        };
+        authenticate(&parts.headers, &state.server, need).await
     }
 }
 

@@ -30,11 +30,15 @@ mod tool;
 mod tool_calls;
 #[cfg(feature = "ui")]
 mod ui;
+#[cfg(feature = "oauth")]
+mod oauth;
 mod workers;
 
 use std::sync::Arc;
 
-pub use auth::{Principal, TokenTable};
+pub use auth::{Grants, Principal, TokenTable};
+#[cfg(feature = "oauth")]
+pub use oauth::{OAuthConfig, REFETCH_EVERY, ScopeNames};
 #[cfg(feature = "postgres")]
 pub use cluster::{Cluster, ClusterConfig};
 pub use config::{ServerConfig, ServerLimits};
@@ -75,6 +79,9 @@ pub(crate) struct ServerInner {
     pub(crate) http_stats: Arc<http_stats::HttpStats>,
     /// The workers' hub, when the server takes workers (`docs/workers.md`).
     pub(crate) workers: Option<Arc<workers::Hub>>,
+    /// Checks OAuth access tokens, when configured (`docs/auth.md`).
+    #[cfg(feature = "oauth")]
+    pub(crate) oauth: Option<Arc<oauth::Verifier>>,
     /// Set once this instance joins a cluster ([`Server::join_cluster`]).
     #[cfg(feature = "postgres")]
     pub(crate) cluster: std::sync::OnceLock<Arc<cluster::Node>>,
@@ -156,6 +163,8 @@ impl ServerBuilder {
             let _ = self.runtime.stats().tool(Some(&tool.label));
         }
         let workers = self.config.workers.clone().map(workers::Hub::new);
+        #[cfg(feature = "oauth")]
+        let oauth_verifier = self.config.oauth.clone().map(|c| Arc::new(oauth::Verifier::new(c)));
         let inner = Arc::new(ServerInner {
             runtime: self.runtime,
             state_key: mrtr::StateKey::random(),
@@ -165,6 +174,8 @@ impl ServerBuilder {
             tools: self.tools,
             prompts: self.prompts,
             workers,
+            #[cfg(feature = "oauth")]
+            oauth: oauth_verifier,
             #[cfg(feature = "postgres")]
             cluster: std::sync::OnceLock::new(),
         });
@@ -220,6 +231,8 @@ impl Server {
                 owners: auth::Owners::new(old.config.limits.max_live_tasks_per_principal),
                 http_stats: old.http_stats.clone(),
                 workers: old.workers.clone(),
+                #[cfg(feature = "oauth")]
+                oauth: old.oauth.clone(),
                 cluster: std::sync::OnceLock::new(),
             }),
         };

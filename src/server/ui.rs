@@ -130,7 +130,7 @@ fn not_found() -> Response {
     )
 }
 
-async fn me(State(state): State<AppState>, Caller(p): Caller) -> Response {
+async fn me(State(state): State<AppState>, Caller(p, _): Caller) -> Response {
     json_answer(
         StatusCode::OK,
         &json!({
@@ -233,7 +233,7 @@ fn bad_request(message: &str) -> Response {
 
 async fn trees(
     State(state): State<AppState>,
-    Caller(principal): Caller,
+    Caller(principal, _): Caller,
     ListQuery(q): ListQuery,
 ) -> Response {
     let status = match q.get("status").map(String::as_str) {
@@ -313,7 +313,7 @@ fn task_id(raw: &str) -> Option<TaskId> {
     raw.parse().ok()
 }
 
-async fn tree(State(state): State<AppState>, Path(id): Path<String>, Caller(principal): Caller) -> Response {
+async fn tree(State(state): State<AppState>, Path(id): Path<String>, Caller(principal, _): Caller) -> Response {
     let server = state.server.current();
     let rt = server.runtime();
     let Some(cell) = task_id(&id).and_then(|id| rt.owned_tree(id, principal.name())) else {
@@ -341,7 +341,7 @@ async fn tree(State(state): State<AppState>, Path(id): Path<String>, Caller(prin
 /// What a live view last sent of one task.
 type Sent = HashMap<TaskId, TaskRow>;
 
-async fn live(State(state): State<AppState>, Path(id): Path<String>, Caller(principal): Caller) -> Response {
+async fn live(State(state): State<AppState>, Path(id): Path<String>, Caller(principal, _): Caller) -> Response {
     let server = state.server.current();
     let Some(cell) = task_id(&id).and_then(|id| server.runtime().owned_tree(id, principal.name())) else {
         return not_found();
@@ -432,16 +432,19 @@ async fn relay(server: &Server, principal: Principal, request: OwnRequest) -> Re
     }
 }
 
-async fn task(State(state): State<AppState>, Path(id): Path<String>, Caller(principal): Caller) -> Response {
+async fn task(State(state): State<AppState>, Path(id): Path<String>, Caller(principal, _): Caller) -> Response {
     relay(&state.server, principal, OwnRequest::new(TaskMethod::Get, id)).await
 }
 
 async fn command(
     State(state): State<AppState>,
     Path((id, action)): Path<(String, String)>,
-    Caller(principal): Caller,
+    Caller(principal, grants): Caller,
     req: Request,
 ) -> Response {
+    if !grants.control {
+        return super::http_base::control_refusal(&state.server);
+    }
     // The action is the URL's last segment, not a method name.
     let method = match action.as_str() {
         "steer" => TaskMethod::Steer,

@@ -152,6 +152,12 @@ impl Server {
         self.inner.config.agent_tools() && NAMES.contains(&name)
     }
 
+    /// Whether `name` is a control tool that steers, pauses, resumes or
+    /// cancels (an OAuth caller needs the control scope for it).
+    pub(crate) fn is_control_tool(&self, name: &str) -> bool {
+        self.is_agent_tool(name) && [STEER, PAUSE, RESUME, CANCEL].contains(&name)
+    }
+
     /// Whether a call of `tool` from a client that asked for no task is
     /// answered at once with the task's id (the task runs on).
     pub(crate) fn answers_in_background(&self, tool: &RegisteredTool) -> bool {

@@ -1,0 +1,428 @@
+//! `subtask serve` as an OAuth 2.1 resource server, as the MCP
+//! authorization specification describes it (`docs/auth.md`): protected
+//! resource metadata (RFC 9728), bearer tokens (RFC 6750) that are JWT
+//! access tokens issued for this server's resource URI (RFC 8707) by a
+//! configured authorization server, checked against that server's JWKS,
+//! found through its metadata (RFC 8414, or OpenID Connect discovery).
+//!
+//! A token's caller is the principal `ISSUER#SUBJECT`: every task it
+//! creates is bound to that pair, and every path that honours principals
+//! (every task method, `tasks/list`, `subscriptions/listen`, the
+//! 2025-11-25 wire, the web view, the cluster) honours it. Its `scope`
+//! claim grants capabilities ([`Grants`]).
+//!
+//! The cryptography is `jsonwebtoken`'s (RustCrypto backends); the keys are
+//! fetched with reqwest, cached per issuer by key id, and fetched again
+//! when a token names a key id not in the cache (at most once per
+//! [`REFETCH_EVERY`] per issuer), so an authorization server's key
+//! rotation needs no restart.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+
+use super::{Grants, Principal};
+
+/// How often, at most, an issuer's keys are fetched again for a token
+/// naming an unknown key id.
+pub const REFETCH_EVERY: Duration = Duration::from_secs(10);
+
+/// The signature algorithms taken (asymmetric only: a resource server
+/// never holds an authorization server's secret).
+const ALGORITHMS: [Algorithm; 7] = [
+    Algorithm::RS256,
+    Algorithm::RS384,
+    Algorithm::RS512,
+    Algorithm::PS256,
+    Algorithm::ES256,
+    Algorithm::ES384,
+    Algorithm::EdDSA,
+];
+
+/// The scope names that grant each capability.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeNames {
+    /// Call tools and read one's own tasks (`tools/*`, `tasks/get`,
+    /// `tasks/result`, `tasks/list`, `tasks/update`, streams).
+    pub tasks: String,
+    /// Steer, pause, resume and cancel one's own tasks (the methods, the
+    /// control tools and the web view's commands).
+    pub control: String,
+    /// The web view (`/ui`) and `/metrics`.
+    pub observe: String,
+}
+
+impl Default for ScopeNames {
+    /// `mcp:tasks`, `mcp:control`, `mcp:observe`.
+    fn default() -> Self {
+        ScopeNames {
+            tasks: "mcp:tasks".into(),
+            control: "mcp:control".into(),
+            observe: "mcp:observe".into(),
+        }
+    }
+}
+
+/// What `subtask serve` needs to take access tokens from authorization
+/// servers.
+#[derive(Debug, Clone)]
+pub struct OAuthConfig {
+    /// This server's resource URI (the `/mcp` endpoint's canonical URL, e.g.
+    /// `https://mcp.example.com/mcp`): a token's `aud` must name it.
+    pub resource: String,
+    /// The authorization servers' issuer identifiers; a token's `iss` must
+    /// be one of them.
+    pub issuers: Vec<String>,
+    /// Which scope grants what.
+    pub scopes: ScopeNames,
+    /// Clock skew allowed on `exp` and `nbf`.
+    pub leeway: Duration,
+}
+
+impl OAuthConfig {
+    /// Tokens from `issuers` for `resource`, with the default scope names
+    /// and 60 s of leeway.
+    pub fn new(resource: impl Into<String>, issuers: Vec<String>) -> Self {
+        OAuthConfig {
+            resource: resource.into(),
+            issuers,
+            scopes: ScopeNames::default(),
+            leeway: Duration::from_secs(60),
+        }
+    }
+
+    /// The URL of this resource's metadata (RFC 9728 §3.1: the well-known
+    /// path inserted between the host and the resource's path).
+    pub fn metadata_url(&self) -> String {
+        let (origin, path) = split_origin(&self.resource);
+        format!("{origin}/.well-known/oauth-protected-resource{path}")
+    }
+
+    /// The protected resource metadata document (RFC 9728 §2).
+    pub fn metadata(&self) -> serde_json::Value {
+        serde_json::json!({
+            "resource": self.resource,
+            "authorization_servers": self.issuers,
+            "scopes_supported": [self.scopes.tasks, self.scopes.control, self.scopes.observe],
+            "bearer_methods_supported": ["header"],
+            "resource_name": "subtask",
+        })
+    }
+}
+
+/// `https://host:port/path` as (`https://host:port`, `/path`), the path
+/// without a trailing `/` (empty for the root).
+fn split_origin(url: &str) -> (&str, &str) {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let cut = url[after_scheme..].find('/').map_or(url.len(), |i| after_scheme + i);
+    let (origin, path) = url.split_at(cut);
+    (origin, path.trim_end_matches('/'))
+}
+
+/// Why a token was refused (the `error_description` of the 401).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal(pub String);
+
+/// A checked token: its principal and grants.
+#[derive(Debug, Clone)]
+pub struct Verified {
+    /// `ISSUER#SUBJECT`.
+    pub principal: Principal,
+    /// What its scopes grant.
+    pub grants: Grants,
+}
+
+/// A key and the algorithm its JWK names, if any.
+type Key = (DecodingKey, Option<Algorithm>);
+
+/// An issuer's keys: read under a short lock on every token; fetched again
+/// by one caller at a time (the others wait for its result, holding no
+/// lock).
+struct Keys {
+    state: parking_lot::Mutex<KeyState>,
+    /// Woken when a fetch ends.
+    fetched: tokio::sync::Notify,
+}
+
+struct KeyState {
+    by_kid: Arc<HashMap<String, Key>>,
+    /// When the last fetch started.
+    last: Option<Instant>,
+    /// A fetch is under way.
+    fetching: bool,
+}
+
+/// Checks access tokens; holds each issuer's keys.
+pub(crate) struct Verifier {
+    config: OAuthConfig,
+    http: reqwest::Client,
+    keys: HashMap<String, Keys>,
+    /// The metadata URL, computed once.
+    pub(crate) metadata_url: String,
+}
+
+#[derive(Deserialize)]
+struct Claims {
+    iss: String,
+    sub: String,
+    #[serde(default)]
+    scope: Option<String>,
+    #[serde(default)]
+    scp: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+struct Unverified {
+    iss: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ServerMetadata {
+    issuer: String,
+    jwks_uri: String,
+}
+
+impl Verifier {
+    pub(crate) fn new(config: OAuthConfig) -> Verifier {
+        let keys = config
+            .issuers
+            .iter()
+            .map(|i| {
+                (
+                    i.clone(),
+                    Keys {
+                        state: parking_lot::Mutex::new(KeyState {
+                            by_kid: Arc::new(HashMap::new()),
+                            last: None,
+                            fetching: false,
+                        }),
+                        fetched: tokio::sync::Notify::new(),
+                    },
+                )
+            })
+            .collect();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .expect("a reqwest client without TLS settings builds");
+        Verifier {
+            metadata_url: config.metadata_url(),
+            config,
+            http,
+            keys,
+        }
+    }
+
+    pub(crate) fn config(&self) -> &OAuthConfig {
+        &self.config
+    }
+
+    /// Checks `token`: its issuer is configured, its signature verifies
+    /// with one of the issuer's keys, its audience is this resource, it is
+    /// not expired or not yet valid (with the leeway), and it names a
+    /// subject.
+    pub(crate) async fn verify(&self, token: &str) -> Result<Verified, Refusal> {
+        let header = jsonwebtoken::decode_header(token).map_err(|e| Refusal(format!("not a JWT: {e}")))?;
+        if !ALGORITHMS.contains(&header.alg) {
+            return Err(Refusal(format!("signature algorithm {:?} is not accepted", header.alg)));
+        }
+        // The issuer decides which keys to check the signature with; it is
+        // checked again, verified, below.
+        let iss = jsonwebtoken::dangerous::insecure_decode_claims::<Unverified>(token)
+            .ok()
+            .and_then(|c| c.iss)
+            .ok_or_else(|| Refusal("the token names no issuer".into()))?;
+        let Some(keys) = self.keys.get(&iss) else {
+            return Err(Refusal(format!("issuer {iss:?} is not trusted by this server")));
+        };
+        let kid = header.kid.clone().unwrap_or_default();
+        let (key, alg) = self
+            .key(&iss, keys, &kid)
+            .await
+            .ok_or_else(|| Refusal(format!("signed by an unknown key ({kid:?})")))?;
+        if alg.is_some_and(|a| a != header.alg) {
+            return Err(Refusal(format!("key {kid:?} is not for {:?}", header.alg)));
+        }
+        let mut v = Validation::new(header.alg);
+        v.set_issuer(&[&iss]);
+        v.set_audience(&[&self.config.resource]);
+        v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        v.validate_nbf = true;
+        v.leeway = self.config.leeway.as_secs();
+        let data = jsonwebtoken::decode::<Claims>(token, &key, &v).map_err(|e| {
+            use jsonwebtoken::errors::ErrorKind as K;
+            Refusal(match e.kind() {
+                K::ExpiredSignature => "the token expired".into(),
+                K::ImmatureSignature => "the token is not valid yet".into(),
+                K::InvalidAudience => format!("the token is not for this resource ({})", self.config.resource),
+                K::InvalidIssuer => "the token's issuer does not match".into(),
+                K::InvalidSignature => "the token's signature does not verify".into(),
+                other => format!("the token is not valid: {other:?}"),
+            })
+        })?;
+        let c = data.claims;
+        let scopes: Vec<&str> = match (&c.scope, &c.scp) {
+            (Some(s), _) => s.split_whitespace().collect(),
+            (None, Some(list)) => list.iter().map(String::as_str).collect(),
+            (None, None) => Vec::new(),
+        };
+        let n = &self.config.scopes;
+        let grants = Grants {
+            tasks: scopes.contains(&n.tasks.as_str()),
+            control: scopes.contains(&n.control.as_str()),
+            observe: scopes.contains(&n.observe.as_str()),
+        };
+        Ok(Verified {
+            principal: Principal(Arc::from(format!("{}#{}", c.iss, c.sub))),
+            grants,
+        })
+    }
+
+    /// Key `kid` of issuer `iss`: from the cache, else after fetching the
+    /// issuer's keys again (when no fetch started in the last
+    /// [`REFETCH_EVERY`]; one at a time, the others waiting for it).
+    async fn key(&self, iss: &str, keys: &Keys, kid: &str) -> Option<Key> {
+        loop {
+            // Registered before the state is read: a fetch that ends after
+            // the read wakes this wait.
+            let notified = keys.fetched.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            let fetch = {
+                let mut st = keys.state.lock();
+                if let Some(k) = st.by_kid.get(kid) {
+                    return Some(k.clone());
+                }
+                if st.fetching {
+                    false
+                } else if st.last.is_some_and(|t| t.elapsed() < REFETCH_EVERY) {
+                    return None;
+                } else {
+                    st.fetching = true;
+                    st.last = Some(Instant::now());
+                    true
+                }
+            };
+            if !fetch {
+                notified.await;
+                continue;
+            }
+            // Whatever happens to this request (it may be dropped mid-fetch),
+            // the fetch ends and its waiters wake.
+            struct Ending<'a>(&'a Keys);
+            impl Drop for Ending<'_> {
+                fn drop(&mut self) {
+                    self.0.state.lock().fetching = false;
+                    self.0.fetched.notify_waiters();
+                }
+            }
+            let ending = Ending(keys);
+            let fresh = self.fetch_keys(iss).await;
+            let found = {
+                let mut st = keys.state.lock();
+                match fresh {
+                    Ok(fresh) => st.by_kid = Arc::new(fresh),
+                    Err(e) => tracing::warn!(issuer = %iss, error = %e, "fetching the authorization server's keys failed"),
+                }
+                st.by_kid.get(kid).cloned()
+            };
+            drop(ending);
+            return found;
+        }
+    }
+
+    /// The issuer's keys, from its metadata's `jwks_uri` (RFC 8414, then
+    /// OpenID Connect discovery); the metadata must name the same issuer.
+    async fn fetch_keys(&self, issuer: &str) -> Result<HashMap<String, (DecodingKey, Option<Algorithm>)>, String> {
+        let (origin, path) = split_origin(issuer);
+        let candidates = [
+            format!("{origin}/.well-known/oauth-authorization-server{path}"),
+            format!("{origin}{path}/.well-known/openid-configuration"),
+        ];
+        let mut last = String::new();
+        let mut meta = None;
+        for url in &candidates {
+            match self.get_json::<ServerMetadata>(url).await {
+                Ok(m) => {
+                    meta = Some(m);
+                    break;
+                }
+                Err(e) => last = e,
+            }
+        }
+        let meta = meta.ok_or_else(|| format!("no authorization server metadata: {last}"))?;
+        if meta.issuer.trim_end_matches('/') != issuer.trim_end_matches('/') {
+            return Err(format!("the metadata names issuer {:?}, not {issuer:?}", meta.issuer));
+        }
+        let set: JwkSet = self.get_json(&meta.jwks_uri).await?;
+        let mut keys = HashMap::new();
+        for jwk in &set.keys {
+            if jwk
+                .common
+                .public_key_use
+                .as_ref()
+                .is_some_and(|u| *u != jsonwebtoken::jwk::PublicKeyUse::Signature)
+            {
+                continue;
+            }
+            let Ok(key) = DecodingKey::from_jwk(jwk) else {
+                continue;
+            };
+            let alg = jwk
+                .common
+                .key_algorithm
+                .and_then(|a| a.to_string().parse::<Algorithm>().ok());
+            keys.insert(jwk.common.key_id.clone().unwrap_or_default(), (key, alg));
+        }
+        tracing::info!(issuer, keys = keys.len(), "fetched the authorization server's keys");
+        Ok(keys)
+    }
+
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<T, String> {
+        let resp = self.http.get(url).send().await.map_err(|e| format!("{url}: {e}"))?;
+        if !resp.status().is_success() {
+            return Err(format!("{url}: HTTP {}", resp.status()));
+        }
+        resp.json::<T>().await.map_err(|e| format!("{url}: {e}"))
+    }
+}
+
+/// The protected resource metadata routes: `/.well-known/oauth-protected-resource`
+/// and the same followed by the resource's path (RFC 9728 §3.1), public
+/// (a client reads them before it has a token).
+pub(crate) fn router<S: Clone + Send + Sync + 'static>(verifier: &Arc<Verifier>) -> axum::Router<S> {
+    let document = Arc::new(verifier.config.metadata());
+    let serve = move || {
+        let document = document.clone();
+        async move { axum::Json((*document).clone()) }
+    };
+    let base = "/.well-known/oauth-protected-resource";
+    let (_, path) = split_origin(&verifier.config.resource);
+    let router = axum::Router::new().route(base, axum::routing::get(serve.clone()));
+    if path.is_empty() {
+        router
+    } else {
+        router.route(&format!("{base}{path}"), axum::routing::get(serve))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_metadata_url_inserts_the_well_known_path_before_the_resource_path() {
+        let c = OAuthConfig::new("http://127.0.0.1:8750/mcp", vec![]);
+        assert_eq!(
+            c.metadata_url(),
+            "http://127.0.0.1:8750/.well-known/oauth-protected-resource/mcp"
+        );
+        let c = OAuthConfig::new("https://example.com", vec![]);
+        assert_eq!(c.metadata_url(), "https://example.com/.well-known/oauth-protected-resource");
+        assert_eq!(split_origin("http://a:1/x/y/"), ("http://a:1", "/x/y"));
+    }
+}
