@@ -205,10 +205,13 @@ impl Verifier {
                 )
             })
             .collect();
+        // reqwest's rustls needs a process-wide crypto provider: ring's
+        // (another part of the process may have installed one first).
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .build()
-            .expect("a reqwest client without TLS settings builds");
+            .expect("a reqwest client with the default TLS settings builds");
         Verifier {
             metadata_url: config.metadata_url(),
             config,
@@ -383,12 +386,25 @@ impl Verifier {
     }
 
     async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<T, String> {
-        let resp = self.http.get(url).send().await.map_err(|e| format!("{url}: {e}"))?;
+        let resp = self.http.get(url).send().await.map_err(|e| format!("{url}: {}", chain(&e)))?;
         if !resp.status().is_success() {
             return Err(format!("{url}: HTTP {}", resp.status()));
         }
         resp.json::<T>().await.map_err(|e| format!("{url}: {e}"))
     }
+}
+
+/// An error with its sources, `: `-separated (reqwest's own message names
+/// only the URL).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
 }
 
 /// The protected resource metadata routes: `/.well-known/oauth-protected-resource`
@@ -413,6 +429,19 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(verifier: &Arc<Verifier>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An authorization server's metadata and keys are fetched over TLS
+    /// (a refused connection, not a scheme this build cannot speak).
+    #[tokio::test]
+    async fn https_urls_are_fetched_over_tls() {
+        let v = Verifier::new(OAuthConfig::new("http://127.0.0.1:1/mcp", vec![]));
+        let e = v
+            .get_json::<serde_json::Value>("https://127.0.0.1:9/.well-known/openid-configuration")
+            .await
+            .unwrap_err();
+        assert!(e.contains("Connection refused"), "{e}");
+        assert!(!e.contains("scheme is not http"), "{e}");
+    }
 
     #[test]
     fn the_metadata_url_inserts_the_well_known_path_before_the_resource_path() {
