@@ -242,6 +242,17 @@ impl Server {
         next
     }
 
+    /// Whether callers present bearer tokens (static ones, or OAuth
+    /// access tokens): the web view then asks for one.
+    #[cfg(feature = "ui")]
+    pub(crate) fn takes_tokens(&self) -> bool {
+        #[cfg(feature = "oauth")]
+        if self.inner.oauth.is_some() {
+            return true;
+        }
+        self.inner.config.tokens.is_some()
+    }
+
     /// The runtime the server drives.
     pub fn runtime(&self) -> &Runtime {
         &self.inner.runtime

@@ -135,7 +135,7 @@ async fn me(State(state): State<AppState>, Caller(p, _): Caller) -> Response {
         StatusCode::OK,
         &json!({
             "principal": p.name(),
-            "tokens": state.server.config().tokens.is_some(),
+            "tokens": state.server.takes_tokens(),
             "server": state.server.config().name,
             "version": state.server.config().version,
         }),
