@@ -71,6 +71,12 @@ fn the_stored_state_corpus_passes() {
 }
 
 #[test]
+fn the_bearer_tokens_corpus_passes() {
+    let n = run("bearer_tokens", target("bearer_tokens"));
+    assert!(n > 0, "the bearer_tokens corpus is committed");
+}
+
+#[test]
 fn the_client_answers_corpus_passes() {
     let n = run("client_answers", target("client_answers"));
     assert!(n > 0, "the client_answers corpus is committed");

@@ -18,6 +18,10 @@
 //! * [`stored_state`]: rows as the SQLite store reads them back, through
 //!   the store's row decoding, tree assembly and [`Forest::restore`](crate::core::Forest::restore):
 //!   a clear error or a tree that keeps every invariant, never a panic.
+//! * [`bearer_tokens`]: any `Authorization` header through the OAuth
+//!   resource server's check: no panic, only well-formed challenges, and a
+//!   caller let through only with a token of the trusted issuer for this
+//!   resource.
 //! * [`client_answers`]: a scripted hostile server behind the client
 //!   library (the HTTP transport's decoding without a socket): every walk
 //!   ends, in a clear error or a checked tree, within its limits.
@@ -25,11 +29,13 @@
 //! Nothing here is compiled without the feature, and nothing outside this
 //! module and the client's scripted transport exists for it.
 
+mod auth;
 mod client;
 mod server;
 mod store;
 mod text;
 
+pub use auth::bearer_tokens;
 pub use client::client_answers;
 pub use server::server_entry;
 pub use store::stored_state;
@@ -38,8 +44,9 @@ pub use store::stored_state;
 pub type Body = fn(&[u8]);
 
 /// Every target: its directory name under `fuzz/corpus/` and its body.
-pub const TARGETS: [(&str, Body); 3] = [
+pub const TARGETS: [(&str, Body); 4] = [
     ("server_entry", server_entry),
+    ("bearer_tokens", bearer_tokens),
     ("stored_state", stored_state),
     ("client_answers", client_answers),
 ];

@@ -12,7 +12,7 @@ mod cluster;
 mod config;
 mod dispatch;
 pub mod http;
-mod http_base;
+pub(crate) mod http_base;
 mod http_stats;
 mod input;
 mod legacy;
@@ -251,6 +251,15 @@ impl Server {
             return true;
         }
         self.inner.config.tokens.is_some()
+    }
+
+    /// Gives the OAuth verifier issuer `issuer`'s keys (a JWKS document)
+    /// as if just fetched: the fuzz harness checks tokens without a network.
+    #[cfg(all(feature = "fuzzing", feature = "oauth"))]
+    pub(crate) fn seed_oauth_keys(&self, issuer: &str, jwks_key: &str) {
+        if let Some(v) = &self.inner.oauth {
+            v.seed(issuer, jwks_key);
+        }
     }
 
     /// The runtime the server drives.

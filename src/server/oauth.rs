@@ -285,6 +285,20 @@ impl Verifier {
         })
     }
 
+    /// Issuer `issuer`'s keys as if just fetched (one JWK, as JSON).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn seed(&self, issuer: &str, jwk: &str) {
+        let jwk: jsonwebtoken::jwk::Jwk = serde_json::from_str(jwk).expect("a JWK");
+        let key = DecodingKey::from_jwk(&jwk).expect("a usable JWK");
+        if let Some(keys) = self.keys.get(issuer) {
+            let mut st = keys.state.lock();
+            let mut map = HashMap::new();
+            map.insert(jwk.common.key_id.clone().unwrap_or_default(), (key, Some(Algorithm::RS256)));
+            st.by_kid = Arc::new(map);
+            st.last = Some(Instant::now() + Duration::from_secs(365 * 24 * 3600));
+        }
+    }
+
     /// Key `kid` of issuer `iss`: from the cache, else after fetching the
     /// issuer's keys again (when no fetch started in the last
     /// [`REFETCH_EVERY`]; one at a time, the others waiting for it).
