@@ -23,6 +23,8 @@ pub(crate) struct Conn {
     pub(crate) body: Vec<u8>,
     pub(crate) next_id: u64,
     pub(crate) requests: u64,
+    /// An `Authorization` header value sent with every request (`jwt.rs`).
+    pub(crate) auth: Option<String>,
 }
 
 /// Every this many task answers a connection also reads in full with
@@ -49,6 +51,7 @@ impl Conn {
             body: Vec::with_capacity(4096),
             next_id: 1,
             requests: 0,
+            auth: None,
         }
     }
 
@@ -91,6 +94,10 @@ impl Conn {
         out.extend_from_slice(method.as_bytes());
         out.extend_from_slice(b"\r\nMcp-Name: ");
         out.extend_from_slice(name.as_bytes());
+        if let Some(auth) = &self.auth {
+            out.extend_from_slice(b"\r\nAuthorization: ");
+            out.extend_from_slice(auth.as_bytes());
+        }
         out.extend_from_slice(b"\r\nContent-Length: ");
         out.extend_from_slice(decimal(length as u64, &mut length_digits));
         out.extend_from_slice(b"\r\n\r\n");

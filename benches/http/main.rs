@@ -30,7 +30,8 @@
 //! `SUBTASK_HTTP_ONLY` runs a part: `1k`, `30k`, `100k`, `sqlite`, or
 //! `overhead` (the 1k figures of subtask and the axum floor, without the
 //! peer), `workers` (a worker tool through a worker speaking the worker
-//! protocol against the same tool in process, `worker.rs`);
+//! protocol against the same tool in process, `worker.rs`), `jwt` (an
+//! OAuth access token's cost per `tasks/get`, `jwt.rs`);
 //! `SUBTASK_HTTP_WINDOW_MS` sets the measurement window (3000).
 
 /// The `subtask` binary's allocator (see `src/main.rs`), so the figures are
@@ -103,6 +104,7 @@ const WORKER_TOKEN: &str = "bench-worker";
 
 mod client;
 mod figures;
+mod jwt;
 mod measure;
 mod servers;
 mod worker;
@@ -163,6 +165,9 @@ fn main() {
     }
     if only().as_deref() == Some("overhead") {
         memory_scale(&lg, 1000, false, "1k");
+    }
+    if runs("jwt") {
+        jwt::jwt_overhead(&lg);
     }
     if runs("workers") {
         workers_overhead(&lg);

@@ -81,6 +81,12 @@ pub(crate) enum Store {
 /// with two tools: `quick` (a task that completes at once) and `park` (a
 /// task that waits until cancelled).
 pub(crate) fn start_subtask(store: &Store) -> Host {
+    start_subtask_with(store, None)
+}
+
+/// [`start_subtask`], taking OAuth access tokens when `oauth` is given
+/// (`jwt.rs`).
+pub(crate) fn start_subtask_with(store: &Store, oauth: Option<subtask::server::OAuthConfig>) -> Host {
     let rt = server_runtime(SUBTASK_THREADS);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let mut threads = vec![SUBTASK_THREADS];
@@ -103,6 +109,7 @@ pub(crate) fn start_subtask(store: &Store) -> Host {
             workers: Some(WorkerConfig::new(
                 subtask::server::TokenTable::parse(&format!("{WORKER_TOKEN} bench")).expect("a token line"),
             )),
+            oauth,
             ..ServerConfig::default()
         };
         let schema = serde_json::json!({"type": "object"});
