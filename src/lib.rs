@@ -70,3 +70,5 @@ pub mod runtime;
 pub mod server;
 mod sharded;
 pub mod store;
+#[cfg(feature = "oauth")]
+pub mod tls;

@@ -38,7 +38,9 @@ fn authorization_server(lg: &tokio::runtime::Runtime) -> String {
 /// An access token of `sub` for `resource` from `issuer` (an hour).
 fn access_token(issuer: &str, resource: &str) -> String {
     use base64::Engine as _;
-    let der = base64::engine::general_purpose::STANDARD.decode(PRIVATE_DER).expect("base64");
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(PRIVATE_DER)
+        .expect("base64");
     let key = jsonwebtoken::EncodingKey::from_rsa_der(&der);
     let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
     header.kid = Some("bench".into());
@@ -60,7 +62,10 @@ pub(crate) fn jwt_overhead(lg: &tokio::runtime::Runtime) {
     let resource = "http://bench.invalid/mcp".to_owned();
     let oauth = start_subtask_with(
         &Store::Memory,
-        Some(subtask::server::OAuthConfig::new(resource.clone(), vec![issuer.clone()])),
+        Some(subtask::server::OAuthConfig::new(
+            resource.clone(),
+            vec![issuer.clone()],
+        )),
     );
     let bearer = format!("Bearer {}", access_token(&issuer, &resource));
     println!(
@@ -88,7 +93,14 @@ pub(crate) fn jwt_overhead(lg: &tokio::runtime::Runtime) {
     let mut stats = [Tally::default(), Tally::default()];
     for round in 0..ROUNDS {
         for (i, (host, _)) in hosts.iter().enumerate() {
-            let w = measure(lg, host, &mut pools[i], LOOPS, window(), get_loop(ids[i].clone(), Expect::Live, round as u64));
+            let w = measure(
+                lg,
+                host,
+                &mut pools[i],
+                LOOPS,
+                window(),
+                get_loop(ids[i].clone(), Expect::Live, round as u64),
+            );
             stats[i].add(w);
         }
     }

@@ -20,7 +20,6 @@
 //!   ASCII, starts with `Bearer `, names the resource metadata's URL, and
 //!   is a list of `key="value"` pairs with no quote inside a value.
 
-
 use axum::http::{HeaderMap, HeaderValue, header};
 
 use crate::server::http_base::{Need, authenticate};
@@ -55,8 +54,13 @@ thread_local! {
 }
 
 /// [`authenticate`] of `headers` for [`Need::Tasks`] on the harness's server.
+#[allow(clippy::result_large_err)]
 fn check(headers: &HeaderMap) -> Result<crate::server::http_base::Caller, axum::response::Response> {
-    HARNESS.with(|(rt, server)| rt.block_on(authenticate(headers, server, Need::Tasks)))
+    HARNESS.with(|(rt, server)| {
+        #[allow(clippy::result_large_err)]
+        let outcome = rt.block_on(authenticate(headers, server, Need::Tasks));
+        outcome
+    })
 }
 
 /// Checks one header value (see the module's properties).
@@ -70,24 +74,39 @@ pub fn bearer_tokens(data: &[u8]) {
     match outcome {
         Ok(caller) => {
             let text = std::str::from_utf8(data).expect("an accepted header is text");
-            let token = text.strip_prefix("Bearer ").expect("accepted: a bearer token").trim();
-            let claims: serde_json::Value = jsonwebtoken::dangerous::insecure_decode_claims(token)
-                .expect("accepted: a decodable JWT");
+            let token = text
+                .strip_prefix("Bearer ")
+                .expect("accepted: a bearer token")
+                .trim();
+            let claims: serde_json::Value =
+                jsonwebtoken::dangerous::insecure_decode_claims(token).expect("accepted: a decodable JWT");
             assert_eq!(claims["iss"], ISSUER);
             assert!(
                 claims["aud"] == RESOURCE
-                    || claims["aud"].as_array().is_some_and(|a| a.iter().any(|x| x == RESOURCE)),
+                    || claims["aud"]
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|x| x == RESOURCE)),
                 "accepted for this resource only: {claims}"
             );
             let sub = claims["sub"].as_str().expect("accepted: a subject");
             assert_eq!(caller.0.name(), format!("{ISSUER}#{sub}"));
-            let scopes: Vec<&str> = claims["scope"].as_str().unwrap_or("").split_whitespace().collect();
-            assert!(caller.1.tasks && scopes.contains(&"mcp:tasks"), "let through with mcp:tasks only");
+            let scopes: Vec<&str> = claims["scope"]
+                .as_str()
+                .unwrap_or("")
+                .split_whitespace()
+                .collect();
+            assert!(
+                caller.1.tasks && scopes.contains(&"mcp:tasks"),
+                "let through with mcp:tasks only"
+            );
             assert_eq!(caller.1.control, scopes.contains(&"mcp:control"));
         }
         Err(resp) => {
             let status = resp.status().as_u16();
-            assert!(status == 401 || status == 403, "a refusal is 401 or 403, got {status}");
+            assert!(
+                status == 401 || status == 403,
+                "a refusal is 401 or 403, got {status}"
+            );
             let www = resp
                 .headers()
                 .get(header::WWW_AUTHENTICATE)
@@ -96,21 +115,32 @@ pub fn bearer_tokens(data: &[u8]) {
             assert!(www.bytes().all(|b| (b' '..=b'~').contains(&b)), "{www}");
             let params = www.strip_prefix("Bearer ").expect("a Bearer challenge");
             assert!(
-                params.contains("resource_metadata=\"http://127.0.0.1:8750/.well-known/oauth-protected-resource/mcp\""),
+                params.contains(
+                    "resource_metadata=\"http://127.0.0.1:8750/.well-known/oauth-protected-resource/mcp\""
+                ),
                 "{www}"
             );
             // key="value" pairs, ", "-separated; a value is a quoted string
             // with no quote or backslash inside (so it needs no escapes).
             let mut rest = params;
             loop {
-                let (k, after) = rest.split_once("=\"").unwrap_or_else(|| panic!("{www}: {rest:?} is not key=\"value\""));
-                assert!(!k.is_empty() && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "{www}: key {k:?}");
-                let (v, after) = after.split_once('"').unwrap_or_else(|| panic!("{www}: unterminated value"));
+                let (k, after) = rest
+                    .split_once("=\"")
+                    .unwrap_or_else(|| panic!("{www}: {rest:?} is not key=\"value\""));
+                assert!(
+                    !k.is_empty() && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                    "{www}: key {k:?}"
+                );
+                let (v, after) = after
+                    .split_once('"')
+                    .unwrap_or_else(|| panic!("{www}: unterminated value"));
                 assert!(!v.contains('\\'), "{www}");
                 if after.is_empty() {
                     break;
                 }
-                rest = after.strip_prefix(", ").unwrap_or_else(|| panic!("{www}: {after:?} after a value"));
+                rest = after
+                    .strip_prefix(", ")
+                    .unwrap_or_else(|| panic!("{www}: {after:?} after a value"));
             }
         }
     }
@@ -125,7 +155,13 @@ mod tests {
     #[test]
     fn the_seeds_reach_both_the_accepted_and_the_refused_paths() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/bearer_tokens");
-        for (seed, accepted) in [("valid", true), ("expired", false), ("audience", false), ("issuer", false), ("kid", false)] {
+        for (seed, accepted) in [
+            ("valid", true),
+            ("expired", false),
+            ("audience", false),
+            ("issuer", false),
+            ("kid", false),
+        ] {
             let data = std::fs::read(dir.join(seed)).expect("a committed seed");
             let mut headers = HeaderMap::new();
             headers.insert(header::AUTHORIZATION, HeaderValue::from_bytes(&data).unwrap());

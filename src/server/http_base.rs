@@ -156,6 +156,7 @@ pub(crate) enum Need {
 }
 
 impl Need {
+    #[cfg_attr(not(feature = "oauth"), allow(dead_code))]
     pub(crate) fn granted(self, g: Grants) -> bool {
         match self {
             Need::Tasks => g.tasks,
@@ -172,9 +173,16 @@ impl Need {
 /// the resource metadata's URL and the scope needed, and `invalid_token`
 /// for a token that does not verify), or 403 `insufficient_scope`.
 #[allow(clippy::result_large_err)]
-pub(crate) async fn authenticate(headers: &HeaderMap, server: &Server, need: Need) -> Result<Caller, Response> {
+pub(crate) async fn authenticate(
+    headers: &HeaderMap,
+    server: &Server,
+    need: Need,
+) -> Result<Caller, Response> {
+    #[cfg(not(feature = "oauth"))]
+    let _ = need;
     let config = server.config();
-    let bearer = header_str(headers, &header::AUTHORIZATION).and_then(|v| v.strip_prefix("Bearer ").map(str::trim));
+    let bearer =
+        header_str(headers, &header::AUTHORIZATION).and_then(|v| v.strip_prefix("Bearer ").map(str::trim));
     if let (Some(tokens), Some(token)) = (&config.tokens, bearer)
         && let Some(p) = tokens.authenticate(token)
     {
@@ -237,7 +245,10 @@ fn oauth_refusal(verifier: &super::oauth::Verifier, need: Need, description: Opt
     );
     let message = match description {
         Some(d) => {
-            challenge.push_str(&format!(", error=\"invalid_token\", error_description=\"{}\"", quoted(d)));
+            challenge.push_str(&format!(
+                ", error=\"invalid_token\", error_description=\"{}\"",
+                quoted(d)
+            ));
             format!("unauthorized: invalid access token: {d}")
         }
         None => "unauthorized: an access token is required (see the WWW-Authenticate header)".to_owned(),
@@ -272,6 +283,7 @@ pub(crate) fn insufficient_scope(
     };
     #[cfg(not(feature = "oauth"))]
     let (scope, challenge): (String, Option<String>) = (format!("{need:?}"), None);
+    let _ = verifier;
     let mut resp = error_response(
         StatusCode::FORBIDDEN,
         ErrorCode::INVALID_REQUEST,

@@ -19,6 +19,8 @@ mod legacy;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod mrtr;
+#[cfg(feature = "oauth")]
+mod oauth;
 mod reply;
 mod request;
 mod schema;
@@ -30,20 +32,18 @@ mod tool;
 mod tool_calls;
 #[cfg(feature = "ui")]
 mod ui;
-#[cfg(feature = "oauth")]
-mod oauth;
 mod workers;
 
 use std::sync::Arc;
 
 pub use auth::{Grants, Principal, TokenTable};
-#[cfg(feature = "oauth")]
-pub use oauth::{OAuthConfig, REFETCH_EVERY, ScopeNames};
 #[cfg(feature = "postgres")]
 pub use cluster::{Cluster, ClusterConfig};
 pub use config::{ServerConfig, ServerLimits};
 pub use dispatch::LEGACY_VERSIONS;
 pub use input::{ElicitAnswer, list_roots, sampling};
+#[cfg(feature = "oauth")]
+pub use oauth::{OAuthConfig, REFETCH_EVERY, ScopeNames};
 pub use reply::{Reply, status_for};
 pub use request::{Incoming, RequestHeaders};
 pub use schema::{ArgumentError, ArgumentSchema, SchemaError, check_arguments};
@@ -164,7 +164,11 @@ impl ServerBuilder {
         }
         let workers = self.config.workers.clone().map(workers::Hub::new);
         #[cfg(feature = "oauth")]
-        let oauth_verifier = self.config.oauth.clone().map(|c| Arc::new(oauth::Verifier::new(c)));
+        let oauth_verifier = self
+            .config
+            .oauth
+            .clone()
+            .map(|c| Arc::new(oauth::Verifier::new(c)));
         let inner = Arc::new(ServerInner {
             runtime: self.runtime,
             state_key: mrtr::StateKey::random(),

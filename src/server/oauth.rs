@@ -118,7 +118,9 @@ impl OAuthConfig {
 /// without a trailing `/` (empty for the root).
 fn split_origin(url: &str) -> (&str, &str) {
     let after_scheme = url.find("://").map_or(0, |i| i + 3);
-    let cut = url[after_scheme..].find('/').map_or(url.len(), |i| after_scheme + i);
+    let cut = url[after_scheme..]
+        .find('/')
+        .map_or(url.len(), |i| after_scheme + i);
     let (origin, path) = url.split_at(cut);
     (origin, path.trim_end_matches('/'))
 }
@@ -164,6 +166,9 @@ const CACHE_PER_SHARD: usize = 4096;
 /// so that requests on different cores rarely share a lock.
 const SHARDS: usize = 16;
 
+/// Verified tokens by SHA-256: the caller and the token's `exp`.
+type VerifiedTokens = HashMap<[u8; 32], (Verified, u64)>;
+
 /// Checks access tokens; holds each issuer's keys, and the tokens it
 /// verified (by SHA-256), so that a token presented again is taken at the
 /// cost of a hash and a lookup until its `exp`, not a signature check per
@@ -171,7 +176,7 @@ const SHARDS: usize = 16;
 /// RSA: `SUBTASK_HTTP_ONLY=jwt cargo bench --bench http`).
 pub(crate) struct Verifier {
     config: OAuthConfig,
-    verified: [parking_lot::RwLock<HashMap<[u8; 32], (Verified, u64)>>; SHARDS],
+    verified: [parking_lot::RwLock<VerifiedTokens>; SHARDS],
     http: reqwest::Client,
     keys: HashMap<String, Keys>,
     /// The metadata URL, computed once.
@@ -219,9 +224,8 @@ impl Verifier {
                 )
             })
             .collect();
-        // reqwest's rustls needs a process-wide crypto provider: ring's
-        // (another part of the process may have installed one first).
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        // reqwest's rustls needs a process-wide crypto provider (`crate::tls`).
+        crate::tls::install_provider();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .build()
@@ -272,7 +276,10 @@ impl Verifier {
     async fn verify_signed(&self, token: &str) -> Result<(Verified, u64), Refusal> {
         let header = jsonwebtoken::decode_header(token).map_err(|e| Refusal(format!("not a JWT: {e}")))?;
         if !ALGORITHMS.contains(&header.alg) {
-            return Err(Refusal(format!("signature algorithm {:?} is not accepted", header.alg)));
+            return Err(Refusal(format!(
+                "signature algorithm {:?} is not accepted",
+                header.alg
+            )));
         }
         // The issuer decides which keys to check the signature with; it is
         // checked again, verified, below.
@@ -302,7 +309,9 @@ impl Verifier {
             Refusal(match e.kind() {
                 K::ExpiredSignature => "the token expired".into(),
                 K::ImmatureSignature => "the token is not valid yet".into(),
-                K::InvalidAudience => format!("the token is not for this resource ({})", self.config.resource),
+                K::InvalidAudience => {
+                    format!("the token is not for this resource ({})", self.config.resource)
+                }
                 K::InvalidIssuer => "the token's issuer does not match".into(),
                 K::InvalidSignature => "the token's signature does not verify".into(),
                 other => format!("the token is not valid: {other:?}"),
@@ -337,7 +346,10 @@ impl Verifier {
         if let Some(keys) = self.keys.get(issuer) {
             let mut st = keys.state.lock();
             let mut map = HashMap::new();
-            map.insert(jwk.common.key_id.clone().unwrap_or_default(), (key, Some(Algorithm::RS256)));
+            map.insert(
+                jwk.common.key_id.clone().unwrap_or_default(),
+                (key, Some(Algorithm::RS256)),
+            );
             st.by_kid = Arc::new(map);
             st.last = Some(Instant::now() + Duration::from_secs(365 * 24 * 3600));
         }
@@ -387,7 +399,9 @@ impl Verifier {
                 let mut st = keys.state.lock();
                 match fresh {
                     Ok(fresh) => st.by_kid = Arc::new(fresh),
-                    Err(e) => tracing::warn!(issuer = %iss, error = %e, "fetching the authorization server's keys failed"),
+                    Err(e) => {
+                        tracing::warn!(issuer = %iss, error = %e, "fetching the authorization server's keys failed")
+                    }
                 }
                 st.by_kid.get(kid).cloned()
             };
@@ -398,7 +412,10 @@ impl Verifier {
 
     /// The issuer's keys, from its metadata's `jwks_uri` (RFC 8414, then
     /// OpenID Connect discovery); the metadata must name the same issuer.
-    async fn fetch_keys(&self, issuer: &str) -> Result<HashMap<String, (DecodingKey, Option<Algorithm>)>, String> {
+    async fn fetch_keys(
+        &self,
+        issuer: &str,
+    ) -> Result<HashMap<String, (DecodingKey, Option<Algorithm>)>, String> {
         let (origin, path) = split_origin(issuer);
         let candidates = [
             format!("{origin}/.well-known/oauth-authorization-server{path}"),
@@ -417,7 +434,10 @@ impl Verifier {
         }
         let meta = meta.ok_or_else(|| format!("no authorization server metadata: {last}"))?;
         if meta.issuer.trim_end_matches('/') != issuer.trim_end_matches('/') {
-            return Err(format!("the metadata names issuer {:?}, not {issuer:?}", meta.issuer));
+            return Err(format!(
+                "the metadata names issuer {:?}, not {issuer:?}",
+                meta.issuer
+            ));
         }
         let set: JwkSet = self.get_json(&meta.jwks_uri).await?;
         let mut keys = HashMap::new();
@@ -439,12 +459,21 @@ impl Verifier {
                 .and_then(|a| a.to_string().parse::<Algorithm>().ok());
             keys.insert(jwk.common.key_id.clone().unwrap_or_default(), (key, alg));
         }
-        tracing::info!(issuer, keys = keys.len(), "fetched the authorization server's keys");
+        tracing::info!(
+            issuer,
+            keys = keys.len(),
+            "fetched the authorization server's keys"
+        );
         Ok(keys)
     }
 
     async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<T, String> {
-        let resp = self.http.get(url).send().await.map_err(|e| format!("{url}: {}", chain(&e)))?;
+        let resp = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| format!("{url}: {}", chain(&e)))?;
         if !resp.status().is_success() {
             return Err(format!("{url}: HTTP {}", resp.status()));
         }
@@ -509,7 +538,10 @@ mod tests {
             "http://127.0.0.1:8750/.well-known/oauth-protected-resource/mcp"
         );
         let c = OAuthConfig::new("https://example.com", vec![]);
-        assert_eq!(c.metadata_url(), "https://example.com/.well-known/oauth-protected-resource");
+        assert_eq!(
+            c.metadata_url(),
+            "https://example.com/.well-known/oauth-protected-resource"
+        );
         assert_eq!(split_origin("http://a:1/x/y/"), ("http://a:1", "/x/y"));
     }
 }

@@ -313,7 +313,11 @@ fn task_id(raw: &str) -> Option<TaskId> {
     raw.parse().ok()
 }
 
-async fn tree(State(state): State<AppState>, Path(id): Path<String>, Caller(principal, _): Caller) -> Response {
+async fn tree(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Caller(principal, _): Caller,
+) -> Response {
     let server = state.server.current();
     let rt = server.runtime();
     let Some(cell) = task_id(&id).and_then(|id| rt.owned_tree(id, principal.name())) else {
@@ -341,7 +345,11 @@ async fn tree(State(state): State<AppState>, Path(id): Path<String>, Caller(prin
 /// What a live view last sent of one task.
 type Sent = HashMap<TaskId, TaskRow>;
 
-async fn live(State(state): State<AppState>, Path(id): Path<String>, Caller(principal, _): Caller) -> Response {
+async fn live(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Caller(principal, _): Caller,
+) -> Response {
     let server = state.server.current();
     let Some(cell) = task_id(&id).and_then(|id| server.runtime().owned_tree(id, principal.name())) else {
         return not_found();
@@ -432,7 +440,11 @@ async fn relay(server: &Server, principal: Principal, request: OwnRequest) -> Re
     }
 }
 
-async fn task(State(state): State<AppState>, Path(id): Path<String>, Caller(principal, _): Caller) -> Response {
+async fn task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Caller(principal, _): Caller,
+) -> Response {
     relay(&state.server, principal, OwnRequest::new(TaskMethod::Get, id)).await
 }
 

@@ -58,6 +58,9 @@ impl HttpTransport {
                 "the bearer token must be non-empty visible ASCII without spaces".to_owned(),
             ));
         }
+        // With `oauth`, reqwest's rustls needs a provider (`crate::tls`).
+        #[cfg(feature = "oauth")]
+        crate::tls::install_provider();
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .build()

@@ -112,6 +112,7 @@ struct HubState {
     /// Per tool, the other live instances whose workers serve it.
     remote: HashMap<Arc<str>, Vec<uuid::Uuid>>,
     /// The live instances at the last look.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     live: HashSet<uuid::Uuid>,
     /// Tasks held here, sent to another instance's workers, by instance.
     exports: HashMap<uuid::Uuid, HashSet<TaskId>>,
@@ -171,6 +172,7 @@ struct Slot {
 }
 
 /// Where a slot's proxy is.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 enum Link {
     /// In this process.
     Local(mpsc::UnboundedSender<ToProxy>),
@@ -179,6 +181,7 @@ enum Link {
 }
 
 /// Where a proxy's replies to its worker go.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 #[derive(Clone)]
 pub(crate) enum Outbox {
     /// The worker's connection to this instance.
@@ -220,6 +223,7 @@ impl Outbox {
 /// cluster"): to the instance whose workers run it (`export`, `send`,
 /// `park`, `finish`), or to the one that holds it (`assigned`, `lost`,
 /// `frame`, `returned`).
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 #[derive(Deserialize)]
 #[serde(tag = "k", rename_all = "lowercase")]
 enum Mail {
@@ -266,6 +270,7 @@ enum Mail {
     },
 }
 
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 #[derive(Deserialize)]
 struct Envelope {
     from: String,
@@ -907,6 +912,7 @@ impl Hub {
 }
 
 /// Workers in a cluster (`docs/workers.md`, "Workers in a cluster").
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 impl Hub {
     /// Makes `tx` the way to the other instances of the cluster this
     /// instance (`me`) joined (each incarnation sets its own; the previous
@@ -1205,6 +1211,7 @@ fn forget(by: &mut HashMap<uuid::Uuid, HashSet<TaskId>>, instance: uuid::Uuid, t
 
 /// A tool as a worker's `hello` declares it (another instance registers it
 /// from this).
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 fn decl_of(spec: &ToolSpec) -> Value {
     json!({
         "name": spec.name,
