@@ -23,7 +23,8 @@ use clap::{Parser, Subcommand};
 use subtask::runtime::{Runtime, RuntimeConfig};
 use subtask::server::{ClusterConfig, Server, ServerConfig, ServerLimits, TokenTable, WorkerConfig};
 use subtask::store::{
-    Durability, Membership, PostgresConfig, PostgresStore, Registration, SqliteConfig, SqliteStore, TaskStore,
+    Durability, Keyring, Membership, PostgresConfig, PostgresStore, Registration, SqliteConfig, SqliteStore,
+    TaskStore,
 };
 
 /// subtask: hierarchical, long-running MCP tasks with subtasks, steering and pause/resume.
@@ -85,10 +86,18 @@ enum Command {
         /// 75) only when another process registers with its id.
         #[arg(long, default_value_t = 5.0)]
         lease: f64,
+        /// Seal task state at rest (docs/encryption.md) with the keys of
+        /// this file: one `KEY_ID BASE64_32_BYTE_KEY` per line, `#`
+        /// comments. The first key seals what is written; the others only
+        /// open what older keys sealed. A key that does not fit the
+        /// database is refused at start.
+        #[arg(long = "encryption-keys", value_name = "FILE", conflicts_with = "memory")]
+        encryption_keys: Option<PathBuf>,
         #[command(flatten)]
         limits: LimitArgs,
+        // Boxed: `serve`'s flags would make every `Command` hundreds of bytes.
         #[command(flatten)]
-        ops: OpsArgs,
+        ops: Box<OpsArgs>,
         #[command(flatten)]
         otlp: cli::otlp::OtlpArgs,
     },
@@ -109,9 +118,25 @@ enum Command {
     Resume(cli::TaskArgs),
     /// Cancel a task and its subtasks.
     Cancel(cli::TaskArgs),
+    /// Seal every stored value again with the first key of the key file
+    /// (after a rotation, or to seal a database written in clear), so that
+    /// the older keys can be taken out of the file (docs/encryption.md).
+    /// A SQLite database must not be in use (stop the server); with
+    /// PostgreSQL, every instance must already run with this key file.
+    Reencrypt {
+        /// The database: a SQLite file or `postgres://USER@HOST:PORT/DB`.
+        #[arg(long)]
+        db: String,
+        /// The key file (as for `serve --encryption-keys`).
+        #[arg(long = "encryption-keys", value_name = "FILE")]
+        encryption_keys: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
+    // Before any reqwest client (the client commands', the OTLP exporter's,
+    // the OAuth key fetcher's) is built: rustls's provider (`subtask::tls`).
+    subtask::tls::install_provider();
     // Usage errors exit 3 (2 means "cancelled" for the client commands).
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -146,6 +171,7 @@ fn main() -> ExitCode {
         Command::Pause(a) => cli::run(cli::Command::Pause(a)),
         Command::Resume(a) => cli::run(cli::Command::Resume(a)),
         Command::Cancel(a) => cli::run(cli::Command::Cancel(a)),
+        Command::Reencrypt { db, encryption_keys } => reencrypt(&db, &encryption_keys),
         Command::Info => {
             println!("subtask {}", env!("CARGO_PKG_VERSION"));
             println!("protocol: MCP 2026-07-28 (legacy initialize for 2025-11-25 and 2025-06-18)");
@@ -169,6 +195,7 @@ fn main() -> ExitCode {
             db_max_size,
             instance_id,
             lease,
+            encryption_keys,
             limits,
             ops,
             otlp: _,
@@ -194,6 +221,13 @@ fn main() -> ExitCode {
                 eprintln!("subtask: --db-max-size applies to a SQLite --db only");
                 return ExitCode::from(cli::EXIT_USAGE);
             }
+            let keys = match encryption_keys.as_deref().map(load_keys).transpose() {
+                Ok(keys) => keys,
+                Err(e) => {
+                    eprintln!("subtask: {e}");
+                    return ExitCode::from(cli::EXIT_USAGE);
+                }
+            };
             let store = if memory {
                 None
             } else {
@@ -209,12 +243,14 @@ fn main() -> ExitCode {
                                 instance: instance_id.unwrap_or_else(uuid::Uuid::new_v4),
                                 lease,
                             }),
+                            keys,
                             ..PostgresConfig::new(db)
                         })
                     } else {
                         StoreChoice::Sqlite(SqliteConfig {
                             durability,
                             max_size: db_max_size,
+                            keys,
                             ..SqliteConfig::new(db)
                         })
                     },
@@ -227,7 +263,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(3);
                 }
             };
-            let served = rt.block_on(serve(listen, tokens, stdio, allow_hosts, store, limits, ops));
+            let served = rt.block_on(serve(listen, tokens, stdio, allow_hosts, store, limits, *ops));
             if let Some(exporter) = &exporter {
                 // Every ended span still queued goes out before the exit.
                 let flush = if matches!(served, Ok(Served::LostLease)) {
@@ -257,6 +293,55 @@ fn main() -> ExitCode {
                     ExitCode::from(3)
                 }
             }
+        }
+    }
+}
+
+/// The key file of `--encryption-keys`, read and checked.
+fn load_keys(path: &std::path::Path) -> Result<Arc<Keyring>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the key file {}: {e}", path.display()))?;
+    Keyring::parse(&text)
+        .map(Arc::new)
+        .map_err(|e| format!("the key file {}: {e}", path.display()))
+}
+
+/// `subtask reencrypt`: every stored value sealed with the key file's
+/// first key; the key ids no longer needed are printed.
+fn reencrypt(db: &str, keys: &std::path::Path) -> ExitCode {
+    let keys = match load_keys(keys) {
+        Ok(keys) => keys,
+        Err(e) => {
+            eprintln!("subtask: {e}");
+            return ExitCode::from(cli::EXIT_USAGE);
+        }
+    };
+    let current = keys.current().to_owned();
+    let done = if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+        PostgresStore::reencrypt(&PostgresConfig {
+            keys: Some(keys),
+            ..PostgresConfig::new(db)
+        })
+    } else {
+        SqliteStore::reencrypt(db, &keys)
+    };
+    match done {
+        Ok(done) => {
+            println!(
+                "sealed {} values again with key {current:?}; keys no longer needed: {}",
+                done.values,
+                if done.retired.is_empty() {
+                    "none".to_owned()
+                } else {
+                    done.retired.join(", ")
+                }
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            // (The error names the database; a URL's password never.)
+            eprintln!("subtask: cannot re-encrypt the task database: {e}");
+            ExitCode::from(3)
         }
     }
 }
@@ -407,7 +492,10 @@ impl OAuthArgs {
             };
         }
         let Some(resource) = &self.oauth_resource else {
-            return Err("--oauth-issuer needs --oauth-resource (this server's /mcp URL, which tokens must name)".to_owned());
+            return Err(
+                "--oauth-issuer needs --oauth-resource (this server's /mcp URL, which tokens must name)"
+                    .to_owned(),
+            );
         };
         for url in self.oauth_issuer.iter().chain([resource]) {
             if !(url.starts_with("https://") || url.starts_with("http://")) {

@@ -47,6 +47,8 @@ mod memory;
 pub(crate) mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod queue;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod seal;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod stats;
@@ -66,6 +68,8 @@ pub use memory::MemoryStore;
 pub use postgres::{
     Membership, PG_SCHEMA_VERSION, PostgresConfig, PostgresStore, Registration, instance_application_name,
 };
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use seal::{Keyring, KeyringError, Reencrypted};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteConfig, SqliteStore};
 /// The SQLite store's row decoding, for the fuzz harness (`subtask::fuzzing`).
@@ -258,6 +262,11 @@ pub enum StoreError {
     /// limit is reached). Not sticky: the writes are kept and land once
     /// space returns.
     Full(String),
+    /// The encryption keys do not fit the database (`docs/encryption.md`):
+    /// it holds values sealed with a key the key file lacks, a key has the
+    /// right id but other bytes, or the database is sealed and no key was
+    /// given. The message names the key id.
+    Key(String),
 }
 
 impl fmt::Display for StoreError {
@@ -272,6 +281,7 @@ impl fmt::Display for StoreError {
             StoreError::Locked(m) => write!(f, "the database is in use: {m}"),
             StoreError::Failed(m) => write!(f, "the store failed earlier and is read-only: {m}"),
             StoreError::Full(m) => write!(f, "the task store is full: {m}"),
+            StoreError::Key(m) => write!(f, "encryption key: {m}"),
         }
     }
 }

@@ -8,6 +8,7 @@ use super::session::{Conn, Session, commit_retrying};
 use super::{io, task_id, uuid};
 use crate::model::IdMap;
 use crate::store::queue::{Next, WriteQueue};
+use crate::store::seal::{Column, Keyring, Place};
 use crate::store::{CommitStats, StoreError, StoredTask, Ticket, TreeMeta, WriteBatch, WriteOp};
 
 /// A group folded into what the database must end up with.
@@ -25,7 +26,15 @@ struct Folded {
     roots: Vec<uuid::Uuid>,
 }
 
-fn fold(group: &[(u64, WriteBatch)]) -> Folded {
+/// A sealed value as a JSON string, for a `jsonb` column (the inbox's).
+pub(super) fn json_string(sealed: &str) -> String {
+    serde_json::Value::String(sealed.to_owned()).to_string()
+}
+
+/// `group` folded; with `keys`, its receipts' answers and its journal
+/// entries sealed (the task states are sealed once folded, in [`commit`]:
+/// only the last record of each task is written).
+fn fold(group: &[(u64, WriteBatch)], keys: Option<&Keyring>) -> Folded {
     let mut out = Folded::default();
     let mut at: IdMap<usize> = IdMap::default();
     let mut metas: IdMap<TreeMeta> = IdMap::default();
@@ -64,10 +73,25 @@ fn fold(group: &[(u64, WriteBatch)]) -> Folded {
                     gone.insert(*root, ());
                     out.deleted.push(uuid(*root));
                 }
-                WriteOp::Receipt { seq, answer, .. } => out.receipts.push((*seq, answer.clone())),
+                WriteOp::Receipt { root, seq, answer } => {
+                    let answer = match keys {
+                        None => answer.clone(),
+                        Some(k) => {
+                            json_string(&k.seal(Place::nth(Column::Answer, root.as_u128(), *seq), answer))
+                        }
+                    };
+                    out.receipts.push((*seq, answer));
+                }
                 WriteOp::AppendJournal(row) => {
+                    let entry = match keys {
+                        None => row.entry.clone(),
+                        Some(k) => k.seal(
+                            Place::nth(Column::Journal, row.task.as_u128(), i64::from(row.n)),
+                            &row.entry,
+                        ),
+                    };
                     out.journal
-                        .push((uuid(row.root), uuid(row.task), row.n as i32, row.entry.clone()));
+                        .push((uuid(row.root), uuid(row.task), row.n as i32, entry));
                 }
             }
         }
@@ -131,10 +155,20 @@ pub(super) fn commit(
     group: &[(u64, WriteBatch)],
     fence: Option<&Registration>,
 ) -> Result<(), CommitError> {
-    let f = fold(group);
     // The writer's statements are prepared once per connection (each is
     // then one round trip instead of two, and planned once).
-    let Conn { client, statements } = conn;
+    let Conn {
+        client,
+        statements,
+        keys,
+    } = conn;
+    let keys = keys.as_deref();
+    let mut f = fold(group, keys);
+    if let Some(k) = keys {
+        for (t, _) in &mut f.tasks {
+            t.state = k.seal(Place::new(Column::State, t.id.as_u128()), &t.state);
+        }
+    }
     let mut tx = client.transaction()?;
     // Instances following these trees for their subscribers re-read them
     // (notifications are delivered at commit, with the change).
@@ -224,10 +258,15 @@ pub(super) fn commit(
             state.push(t.state.as_str());
             owner.push(meta.as_ref().and_then(|m| m.owner.clone()));
             resumable.push(meta.as_ref().map(|m| m.resumable));
-            launch.push(
-                meta.as_ref()
-                    .and_then(|m| m.launch.as_ref().map(ToString::to_string)),
-            );
+            launch.push(meta.as_ref().and_then(|m| {
+                m.launch.as_ref().map(|l| {
+                    let l = l.to_string();
+                    match keys {
+                        None => l,
+                        Some(k) => k.seal(Place::new(Column::Launch, m.root.as_u128()), &l),
+                    }
+                })
+            }));
         }
         // Position, root and parent never change after the first write (I1,
         // I2); the metadata comes with the root's first record (`resumable`

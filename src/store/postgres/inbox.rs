@@ -8,11 +8,11 @@
 //! A command and its answer are stored as JSON text, opaque here (the
 //! server's `InboxCommand` and `InboxAnswer`).
 
-use postgres::Client;
-
+use super::commit::json_string;
 use super::session::Conn;
-use super::{task_id, uuid};
+use super::{open_logged, task_id, uuid};
 use crate::model::TaskId;
+use crate::store::seal::{Column, Place};
 
 /// A command stored in the inbox.
 #[derive(Debug, Clone, Copy)]
@@ -44,6 +44,11 @@ pub(crate) fn insert_command(
          VALUES ($1, $2, $3, $4::text::jsonb, $5) RETURNING seq",
     )?;
     let notify = conn.statement("SELECT pg_notify('subtask_inbox', $1)")?;
+    let sealed = conn
+        .keys
+        .as_deref()
+        .map(|k| json_string(&k.seal(Place::new(Column::Command, id.as_u128()), command)));
+    let command = sealed.as_deref().unwrap_or(command);
     let mut tx = conn.transaction()?;
     let Some(row) = tx.query_opt(&lookup, &[&uuid(id)])? else {
         return Ok(None);
@@ -85,7 +90,13 @@ pub(crate) fn take_answer(conn: &mut Conn, seq: i64, root: TaskId) -> Result<Tak
         "DELETE FROM subtask_inbox WHERE seq = $1 AND answer IS NOT NULL RETURNING answer::text",
     )?;
     if let Some(row) = conn.query_opt(&st, &[&seq])? {
-        return Ok(Taken::Answer(row.get(0)));
+        let place = Place::nth(Column::Answer, root.as_u128(), seq);
+        return Ok(Taken::Answer(open_logged(
+            conn.keys.as_deref(),
+            place,
+            row.get(0),
+            true,
+        )));
     }
     let gone = conn
         .query_opt("SELECT 1 FROM subtask_tasks WHERE id = $1", &[&uuid(root)])?
@@ -116,11 +127,12 @@ pub(crate) struct Unanswered {
 /// At most `limit` unanswered commands for the trees `holder` holds, in
 /// inbox order.
 pub(crate) fn unanswered(
-    client: &mut Client,
+    conn: &mut Conn,
     holder: uuid::Uuid,
     limit: usize,
 ) -> Result<Vec<Unanswered>, postgres::Error> {
-    Ok(client
+    let keys = conn.keys.clone();
+    Ok(conn
         .query(
             "SELECT i.seq, i.task, i.principal, i.command::text
              FROM subtask_inbox i JOIN subtask_tasks r ON r.id = i.root
@@ -129,11 +141,15 @@ pub(crate) fn unanswered(
             &[&holder, &(limit as i64)],
         )?
         .iter()
-        .map(|r| Unanswered {
-            seq: r.get(0),
-            task: task_id(r.get(1)),
-            principal: r.get(2),
-            command: r.get(3),
+        .map(|r| {
+            let task = task_id(r.get(1));
+            let place = Place::new(Column::Command, task.as_u128());
+            Unanswered {
+                seq: r.get(0),
+                task,
+                principal: r.get(2),
+                command: open_logged(keys.as_deref(), place, r.get(3), true),
+            }
         })
         .collect())
 }

@@ -10,11 +10,13 @@
 //! (`synchronous_commit = on`, PostgreSQL's own group commit joins
 //! concurrent flushes); [`Durability::Relaxed`] sets it `off`.
 //!
-//! Schema (version 2), in the database's current schema: `subtask_tasks`,
+//! Schema (version 5), in the database's current schema: `subtask_tasks`,
 //! one row per task, the tree's metadata and its holder on its root's row,
 //! `id` the primary key; `subtask_instances`, `subtask_inbox` and
-//! `subtask_live` for a cluster of instances; `subtask_schema(version)`
-//! (`docs/scale-out.md`, "Schema"). Migrations run in one transaction under
+//! `subtask_live` for a cluster of instances; `subtask_journal`;
+//! `subtask_worker_tools` and `subtask_worker_mail`; `subtask_keys`, one
+//! check value per encryption key id (`docs/encryption.md`);
+//! `subtask_schema(version)` (`docs/scale-out.md`, "Schema"). Migrations run in one transaction under
 //! an advisory lock.
 //!
 //! Two modes. Used directly, one process writes a database at a time: the
@@ -45,7 +47,10 @@
 //! commits is here too, so that the server spells no SQL: `remote.rs`
 //! (reading trees another instance holds), `inbox.rs` (commands passed on
 //! and their answers), `cluster.rs` (leases, takeover, live counts,
-//! cleanup) and `listen.rs` (the notifications between instances).
+//! cleanup), `listen.rs` (the notifications between instances)
+//! and `reencrypt.rs` (every value sealed again with the current key).
+//! With [`PostgresConfig::keys`], every value that can hold user data is
+//! sealed where it is written and opened where it is read (`seal.rs`).
 
 #[cfg(feature = "server")]
 pub(crate) mod cluster;
@@ -56,6 +61,7 @@ pub(crate) mod inbox;
 pub(crate) mod listen;
 mod membership;
 mod read;
+mod reencrypt;
 #[cfg(feature = "server")]
 pub(crate) mod remote;
 mod schema;
@@ -72,18 +78,22 @@ use parking_lot::Mutex;
 use postgres::Client;
 
 use super::queue::WriteQueue;
+#[cfg(feature = "server")]
+use super::seal;
+use super::seal::Keyring;
 use super::{CommitStats, Durability, StoreError, StoredTask, StoredTree, TaskStore, Ticket, WriteBatch};
 use crate::model::TaskId;
 use commit::writer_loop;
 use membership::{fenced, register};
-use read::{row_task, to_task};
-use schema::migrate;
+use read::{read_trees_with, row_task, to_task};
+use schema::{check_keys, migrate};
 pub(crate) use session::Connector;
 use session::Session;
 #[cfg(feature = "server")]
 pub(crate) use session::{Conn, Pool};
 
 pub use membership::{Membership, Registration, instance_application_name};
+#[cfg(feature = "server")]
 pub(crate) use read::read_trees;
 pub use schema::PG_SCHEMA_VERSION;
 
@@ -120,6 +130,17 @@ pub struct PostgresConfig {
     /// instance as their holder, and [`TaskStore::load`] returns only the
     /// trees this instance holds. `None`: the single-writer mode.
     pub member: Option<Membership>,
+    /// Seal task state at rest with these keys (`docs/encryption.md`):
+    /// task states, launches, journal entries, inbox commands and answers
+    /// and worker news are written sealed with the first key; values
+    /// sealed with the others (and clear ones) are read. Refused at open
+    /// like `SqliteConfig::keys`. Every
+    /// session of a cluster member opened from this configuration seals
+    /// and opens with them: a cluster's `ClusterConfig::store` must be this
+    /// configuration (as `subtask serve` sets it), or its pool would
+    /// write inbox commands in clear and not open what others sealed.
+    /// `None`: values are written in clear.
+    pub keys: Option<Arc<Keyring>>,
 }
 
 impl PostgresConfig {
@@ -133,6 +154,7 @@ impl PostgresConfig {
             reconnect_for: Duration::from_secs(60),
             lock_wait: Duration::from_secs(5),
             member: None,
+            keys: None,
         }
     }
 
@@ -153,7 +175,11 @@ impl PostgresConfig {
             Some(m) => pg.application_name(&instance_application_name(m.instance)),
             None => pg.application_name("subtask"),
         };
-        Ok(Connector { pg, shown })
+        Ok(Connector {
+            pg,
+            shown,
+            keys: self.keys.clone(),
+        })
     }
 }
 
@@ -173,6 +199,7 @@ pub struct PostgresStore {
     writer: Mutex<Option<JoinHandle<()>>>,
     describe: String,
     registration: Option<Registration>,
+    keys: Option<Arc<Keyring>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -206,6 +233,37 @@ fn redacted(url: &str) -> String {
             })
             .collect::<Vec<_>>()
             .join(" "),
+    }
+}
+
+/// A stored value opened for a caller whose errors are PostgreSQL's (a
+/// cluster member's reads of the inbox, of other instances' trees, of
+/// worker news): one that does not open is logged with the reason and
+/// handed on as stored, which its reader then reports as unreadable (an
+/// internal error to the client, never a guess). `jsonb` is true for the
+/// inbox's `jsonb` columns, where a sealed value is a JSON string.
+#[cfg(feature = "server")]
+fn open_logged(keys: Option<&Keyring>, place: seal::Place, text: String, jsonb: bool) -> String {
+    let sealed = if jsonb {
+        if !text.starts_with("\"sealed:") {
+            return text;
+        }
+        match serde_json::from_str::<String>(&text) {
+            Ok(s) => s,
+            Err(_) => return text,
+        }
+    } else {
+        if !text.starts_with(seal::SEALED) {
+            return text;
+        }
+        text.clone()
+    };
+    match seal::open(keys, place, &sealed) {
+        Ok(v) => v.into_owned(),
+        Err(e) => {
+            tracing::error!(error = %e, "a stored value does not open");
+            text
+        }
     }
 }
 
@@ -273,6 +331,10 @@ impl PostgresStore {
                         let _ = ready_tx.send(Err(e));
                         return;
                     }
+                    if let Err(e) = check_keys(&mut conn, &shown) {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
                     let writes = Arc::downgrade(&shared);
                     let registration = match member
                         .map(|m| register(&mut conn, &m, &shown, writes))
@@ -301,10 +363,14 @@ impl PostgresStore {
             }
         };
         let describe = format!(
-            "{shown} ({})",
+            "{shown} ({}{})",
             match config.durability {
                 Durability::Full => "WAL flush per group commit",
                 Durability::Relaxed => "relaxed: synchronous_commit off",
+            },
+            match &config.keys {
+                Some(k) => format!("; sealed with key {:?}", k.current()),
+                None => String::new(),
             }
         );
         Ok(PostgresStore {
@@ -313,6 +379,7 @@ impl PostgresStore {
             writer: Mutex::new(Some(writer)),
             describe,
             registration,
+            keys: config.keys,
         })
     }
 
@@ -373,8 +440,9 @@ impl TaskStore for PostgresStore {
 
     fn load(&self) -> Result<Vec<StoredTree>, StoreError> {
         let holder = self.registration.as_ref().map(|r| r.instance);
+        let keys = self.keys.clone();
         self.shared.read(move |client| match holder {
-            None => read_trees(client, None),
+            None => read_trees_with(client, None, keys.as_deref()),
             // A cluster member loads the trees it holds.
             Some(me) => {
                 let roots: Vec<uuid::Uuid> = client
@@ -383,12 +451,13 @@ impl TaskStore for PostgresStore {
                     .iter()
                     .map(|r| r.get(0))
                     .collect();
-                read_trees(client, Some(&roots))
+                read_trees_with(client, Some(&roots), keys.as_deref())
             }
         })
     }
 
     fn get(&self, id: TaskId) -> Result<Option<StoredTask>, StoreError> {
+        let keys = self.keys.clone();
         self.shared.read(move |client| {
             let row = client
                 .query_opt(
@@ -396,7 +465,7 @@ impl TaskStore for PostgresStore {
                     &[&uuid(id)],
                 )
                 .map_err(io)?;
-            row.map(|r| to_task(row_task(&r))).transpose()
+            row.map(|r| to_task(row_task(&r), keys.as_deref())).transpose()
         })
     }
 

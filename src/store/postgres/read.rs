@@ -2,15 +2,30 @@
 
 use postgres::Client;
 
+#[cfg(feature = "server")]
+use super::session::Conn;
 use super::{io, task_id};
 use crate::model::IdMap;
 use crate::store::queue::assemble;
+use crate::store::seal::{Column, Keyring, Place, open, open_owned};
 use crate::store::{StoreError, StoredTask, StoredTree, TreeMeta};
 
-/// The trees `roots` (all when `None`), with their journals.
+/// The trees `roots` (all when `None`), with their journals, opened with
+/// the connection's keys.
+#[cfg(feature = "server")]
 pub(crate) fn read_trees(
+    conn: &mut Conn,
+    roots: Option<&[uuid::Uuid]>,
+) -> Result<Vec<StoredTree>, StoreError> {
+    let keys = conn.keys.clone();
+    read_trees_with(&mut conn.client, roots, keys.as_deref())
+}
+
+/// The trees `roots` (all when `None`), with their journals, opened with `keys`.
+pub(super) fn read_trees_with(
     client: &mut Client,
     roots: Option<&[uuid::Uuid]>,
+    keys: Option<&Keyring>,
 ) -> Result<Vec<StoredTree>, StoreError> {
     let (rows, journal) = match roots {
         None => (
@@ -33,7 +48,7 @@ pub(crate) fn read_trees(
             ),
         ),
     };
-    trees_of_rows(rows.map_err(io)?, journal.map_err(io)?)
+    trees_of_rows(rows.map_err(io)?, journal.map_err(io)?, keys)
 }
 
 /// Trees from rows of `SELECT id, root, parent, position, version, state,
@@ -42,6 +57,7 @@ pub(crate) fn read_trees(
 fn trees_of_rows(
     rows: Vec<postgres::Row>,
     journal: Vec<postgres::Row>,
+    keys: Option<&Keyring>,
 ) -> Result<Vec<StoredTree>, StoreError> {
     let mut entries: IdMap<Vec<String>> = IdMap::default();
     for r in &journal {
@@ -54,10 +70,15 @@ fn trees_of_rows(
                 list.len()
             )));
         }
-        list.push(r.get(2));
+        let entry: String = r.get(2);
+        list.push(open_owned(
+            keys,
+            Place::nth(Column::Journal, task.as_u128(), i64::from(n)),
+            entry,
+        )?);
     }
     assemble(rows.iter().map(|r| {
-        let mut task = to_task(row_task(r))?;
+        let mut task = to_task(row_task(r), keys)?;
         if let Some(list) = entries.get(&task.id) {
             task.state = crate::store::with_journal(&task.state, list)?;
         }
@@ -66,9 +87,12 @@ fn trees_of_rows(
         }
         let launch = r
             .get::<_, Option<String>>(8)
-            .map(|l| serde_json::from_str(&l))
-            .transpose()
-            .map_err(|x| StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root)))?;
+            .map(|l| {
+                let l = open(keys, Place::new(Column::Launch, task.root.as_u128()), &l)?;
+                serde_json::from_str(&l)
+                    .map_err(|x| StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root)))
+            })
+            .transpose()?;
         let meta = TreeMeta {
             root: task.root,
             owner: r.get(6),
@@ -83,7 +107,9 @@ type TaskRow = (uuid::Uuid, uuid::Uuid, Option<uuid::Uuid>, i32, i64, String);
 
 pub(super) fn to_task(
     (id, root, parent, position, version, state): TaskRow,
+    keys: Option<&Keyring>,
 ) -> Result<StoredTask, StoreError> {
+    let state = open_owned(keys, Place::new(Column::State, id.as_u128()), state)?;
     Ok(StoredTask {
         id: task_id(id),
         root: task_id(root),

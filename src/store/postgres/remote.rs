@@ -6,8 +6,10 @@
 use postgres::Client;
 
 use super::session::Conn;
-use super::{task_id, uuid};
+use super::{open_logged, task_id, uuid};
 use crate::model::TaskId;
+use crate::store::Keyring;
+use crate::store::seal::{Column, Place};
 
 /// A task's stored row as a non-holder shows it: its place in its tree,
 /// its state (the runtime's encoding, opaque here), its tree's owner and
@@ -36,7 +38,7 @@ impl RemoteTask {
     /// Task `id` from a row holding, from column `at` on, its root, parent,
     /// position, state, its tree's owner and its children's ids (the
     /// queries of [`read_task`] and [`list_tasks`]).
-    fn of_row(row: &postgres::Row, id: TaskId, at: usize) -> RemoteTask {
+    fn of_row(row: &postgres::Row, id: TaskId, at: usize, keys: Option<&Keyring>) -> RemoteTask {
         let parent: Option<uuid::Uuid> = row.get(at + 1);
         let position: i32 = row.get(at + 2);
         let children: Vec<uuid::Uuid> = row.get(at + 5);
@@ -45,7 +47,12 @@ impl RemoteTask {
             root: task_id(row.get(at)),
             parent: parent.map(task_id),
             position: u32::try_from(position).unwrap_or(0),
-            state: row.get(at + 3),
+            state: open_logged(
+                keys,
+                Place::new(Column::State, id.as_u128()),
+                row.get(at + 3),
+                false,
+            ),
             owner: row.get(at + 4),
             children: children.into_iter().map(task_id).collect(),
         }
@@ -63,7 +70,8 @@ pub(crate) fn read_task(conn: &mut Conn, id: TaskId) -> Result<Option<RemoteTask
          WHERE t.id = $1",
     )?;
     let row = conn.query_opt(&st, &[&uuid(id)])?;
-    Ok(row.map(|row| RemoteTask::of_row(&row, id, 0)))
+    let keys = conn.keys.clone();
+    Ok(row.map(|row| RemoteTask::of_row(&row, id, 0, keys.as_deref())))
 }
 
 /// Where a listed task is in the listing order: the stored sequence
@@ -74,12 +82,13 @@ pub(crate) type ListPosition = (i64, i64);
 /// creation order, each tree's tasks in creation order, after the position
 /// `after`; each with its position (where a next page starts).
 pub(crate) fn list_tasks(
-    client: &mut Client,
+    conn: &mut Conn,
     principal: &str,
     after: ListPosition,
     limit: usize,
 ) -> Result<Vec<(ListPosition, RemoteTask)>, postgres::Error> {
-    let rows = client.query(
+    let keys = conn.keys.clone();
+    let rows = conn.query(
         "SELECT r.seq, t.seq, t.id, t.root, t.parent, t.position, t.state, r.owner,
                 ARRAY(SELECT k.id FROM subtask_tasks k WHERE k.parent = t.id ORDER BY k.position)
          FROM subtask_tasks r JOIN subtask_tasks t ON t.root = r.id
@@ -92,7 +101,7 @@ pub(crate) fn list_tasks(
         .map(|row| {
             (
                 (row.get(0), row.get(1)),
-                RemoteTask::of_row(row, task_id(row.get(2)), 3),
+                RemoteTask::of_row(row, task_id(row.get(2)), 3, keys.as_deref()),
             )
         })
         .collect())

@@ -2,8 +2,10 @@
 
 use postgres::Client;
 
+use super::session::Conn;
 use super::{LOCK_KEY, io};
 use crate::store::StoreError;
+use crate::store::seal::verify_keys;
 
 /// Schema migrations; `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -86,6 +88,13 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX subtask_worker_mail_to ON subtask_worker_mail (instance, seq);
 ",
+    "
+    -- One check value per encryption key id (docs/encryption.md).
+    CREATE TABLE subtask_keys (
+        key_id      TEXT PRIMARY KEY,
+        check_value TEXT NOT NULL
+    );
+",
 ];
 
 /// The schema version this build writes.
@@ -119,4 +128,47 @@ pub(super) fn migrate(client: &mut Client, shown: &str) -> Result<(), StoreError
             .map_err(e)?;
     }
     tx.commit().map_err(e)
+}
+
+/// Checks the connection's keys against the check values stored per key
+/// id (a missing or wrong key is refused, and so is a sealed database
+/// opened without keys) and stores the current key's check value if the
+/// database does not have it yet, before anything is sealed with it.
+pub(super) fn check_keys(conn: &mut Conn, shown: &str) -> Result<(), StoreError> {
+    let e = |x: postgres::Error| io(format!("{shown}: {x}"));
+    let keys = conn.keys.clone();
+    let stored: Vec<(String, String)> = conn
+        .client
+        .query(
+            "SELECT key_id, check_value FROM subtask_keys ORDER BY key_id",
+            &[],
+        )
+        .map_err(e)?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let refused = |x: StoreError| match x {
+        StoreError::Key(m) => StoreError::Key(format!("{shown}: {m}")),
+        other => other,
+    };
+    let new = verify_keys(keys.as_deref(), &stored).map_err(refused)?;
+    if let Some(keys) = keys.as_deref() {
+        for id in new {
+            let check = keys.check(&id).expect("a key of the keyring");
+            conn.client
+                .execute(
+                    "INSERT INTO subtask_keys (key_id, check_value) VALUES ($1, $2) ON CONFLICT (key_id) DO NOTHING",
+                    &[&id, &check],
+                )
+                .map_err(e)?;
+            // Another instance may have stored it first, with its key.
+            let stored: String = conn
+                .client
+                .query_one("SELECT check_value FROM subtask_keys WHERE key_id = $1", &[&id])
+                .map_err(e)?
+                .get(0);
+            keys.verify(&id, &stored).map_err(refused)?;
+        }
+    }
+    Ok(())
 }

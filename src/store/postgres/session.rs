@@ -26,12 +26,14 @@ use crate::store::{Durability, StoreError, WriteBatch};
 pub(crate) struct Connector {
     pub(super) pg: postgres::Config,
     pub(super) shown: String,
+    /// The keys every connection seals and opens stored values with.
+    pub(super) keys: Option<std::sync::Arc<crate::store::Keyring>>,
 }
 
 impl Connector {
     /// A new session (blocking; never on an async thread: the synchronous
     /// client runs a runtime of its own).
-    fn client(&self) -> Result<Client, postgres::Error> {
+    pub(super) fn client(&self) -> Result<Client, postgres::Error> {
         self.pg.connect(NoTls)
     }
 
@@ -44,7 +46,7 @@ impl Connector {
     /// words).
     #[cfg(feature = "server")]
     pub(crate) fn connect(&self) -> Result<Conn, StoreError> {
-        self.client().map(Conn::new).map_err(io)
+        self.client().map(|c| Conn::new(c, self.keys.clone())).map_err(io)
     }
 
     /// A connection of its own, opened at its first use.
@@ -121,13 +123,16 @@ impl Statements {
 pub(crate) struct Conn {
     pub(super) client: Client,
     pub(super) statements: Statements,
+    /// The keys stored values are sealed and opened with (`None`: clear).
+    pub(super) keys: Option<std::sync::Arc<crate::store::Keyring>>,
 }
 
 impl Conn {
-    fn new(client: Client) -> Conn {
+    pub(super) fn new(client: Client, keys: Option<std::sync::Arc<crate::store::Keyring>>) -> Conn {
         Conn {
             client,
             statements: Statements::default(),
+            keys,
         }
     }
 
@@ -267,7 +272,7 @@ impl Session {
         client
             .batch_execute(&format!("SET synchronous_commit = {sync}"))
             .map_err(|e| io(format!("{shown}: {e}")))?;
-        Ok(Conn::new(client))
+        Ok(Conn::new(client, self.connector.keys.clone()))
     }
 }
 

@@ -8,7 +8,9 @@
 
 use std::collections::HashSet;
 
+use super::open_logged;
 use super::session::Conn;
+use crate::store::seal::{Column, Place};
 
 /// Publishes the tools instance `me`'s workers serve now (name and
 /// declaration, side by side) in place of what it published before, and
@@ -61,6 +63,15 @@ pub(crate) fn served(conn: &mut Conn, me: uuid::Uuid) -> Result<Served, postgres
 /// notifies `subtask_mail` once per receiving instance, in one
 /// transaction.
 pub(crate) fn send(conn: &mut Conn, to: &[uuid::Uuid], bodies: &[String]) -> Result<(), postgres::Error> {
+    // Sealed for the receiving instance (the news carries task arguments
+    // and results).
+    let sealed: Option<Vec<String>> = conn.keys.as_deref().map(|k| {
+        to.iter()
+            .zip(bodies)
+            .map(|(i, b)| k.seal(Place::new(Column::Mail, i.as_u128()), b))
+            .collect()
+    });
+    let bodies = sealed.as_deref().unwrap_or(bodies);
     let mut tx = conn.transaction()?;
     tx.execute(
         "INSERT INTO subtask_worker_mail (instance, body)
@@ -88,5 +99,10 @@ pub(crate) fn take(conn: &mut Conn, me: uuid::Uuid) -> Result<Vec<String>, postg
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     rows.sort_unstable_by_key(|(seq, _)| *seq);
-    Ok(rows.into_iter().map(|(_, b)| b).collect())
+    let keys = conn.keys.clone();
+    let place = Place::new(Column::Mail, me.as_u128());
+    Ok(rows
+        .into_iter()
+        .map(|(_, b)| open_logged(keys.as_deref(), place, b, false))
+        .collect())
 }

@@ -4,9 +4,11 @@
 //! fsyncs the write-ahead log and releases, at once, the writers of every
 //! commit that fsync covers (with full durability; see [`Syncer`]).
 //!
-//! Schema (version 1): one table,
+//! Schema (version 3): one table,
 //! `tasks(seq, id, root, parent, position, version, state, owner, resumable, launch)`,
-//! one row per task. A parent's `childTaskIds` are its children's rows
+//! one row per task; `journal(root, task, n, entry)`, a task's durable
+//! execution journal; `seal_keys(key_id, check_value)`, one check value
+//! per encryption key id (`docs/encryption.md`). A parent's `childTaskIds` are its children's rows
 //! ordered by `position`, so adding a child never rewrites the parent's
 //! list. The tree's metadata (owner, resumable, launch) is on its root's
 //! row, so creating a task writes one row.
@@ -41,12 +43,13 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use super::CommitStats;
 use super::queue::WriteQueue;
+use super::seal::{Column, Keyring, Place, Reencrypted, reseal};
 use super::{Durability, StoreError, StoredTask, StoredTree, TaskStore, Ticket, WriteBatch};
 use crate::model::TaskId;
 #[cfg(feature = "fuzzing")]
 pub(crate) use read::{read_back, scratch_database};
 use read::{read_trees, row_task, to_task};
-use schema::prepare;
+use schema::{check_keys, prepare};
 use syncer::{SyncState, Syncer, syncer_loop};
 use writer::{Writer, writer_loop};
 
@@ -70,6 +73,14 @@ pub struct SqliteConfig {
     /// interval (32 MiB) beside it. A database already larger opens, but
     /// only writes that fit in its free pages succeed.
     pub max_size: Option<u64>,
+    /// Seal task state at rest with these keys (`docs/encryption.md`):
+    /// every value that can hold user data is written sealed with the
+    /// first key; values sealed with the others (and clear ones, written
+    /// before a key was configured) are read. The database is refused at
+    /// open when it holds values sealed with a key id the keyring lacks, a
+    /// key id's key differs from the one it sealed with, or it holds sealed
+    /// values and this is `None`. `None`: values are written in clear.
+    pub keys: Option<Arc<Keyring>>,
 }
 
 impl SqliteConfig {
@@ -80,6 +91,7 @@ impl SqliteConfig {
             durability: Durability::Full,
             max_batches_per_commit: usize::MAX,
             max_size: None,
+            keys: None,
         }
     }
 }
@@ -147,24 +159,7 @@ impl SqliteStore {
     /// `Corrupt` for a damaged or foreign file; `Io`.
     pub fn open(config: SqliteConfig) -> Result<SqliteStore, StoreError> {
         let path = config.path.clone();
-        let lock_path = {
-            let mut p = path.clone().into_os_string();
-            p.push(".lock");
-            PathBuf::from(p)
-        };
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| io(format!("{}: {e}", lock_path.display())))?;
-        lock.try_lock().map_err(|_| {
-            StoreError::Locked(format!(
-                "{} is used by another subtask process (lock file {})",
-                path.display(),
-                lock_path.display()
-            ))
-        })?;
+        let lock = take_lock(&path)?;
         // SQLite treats any file shorter than its 100-byte header as a new,
         // empty database; a file that short but not empty is a damaged one.
         // (An empty file is what a first start that died before writing the
@@ -194,7 +189,9 @@ impl SqliteStore {
         let pipelined = config.durability == Durability::Full && max > 1;
         let fsync_in_commit = config.durability == Durability::Full && !pipelined;
         prepare(&mut conn, &path, fsync_in_commit, config.max_size)?;
-        let writer = Writer::open(conn, &path)?;
+        check_keys(&conn, &path, config.keys.as_deref())?;
+        let mut writer = Writer::open(conn, &path)?;
+        writer.keys = config.keys.clone();
         let sync = if pipelined {
             let wal_path = {
                 let mut p = path.clone().into_os_string();
@@ -245,12 +242,16 @@ impl SqliteStore {
                 .map_err(io)?
         };
         let describe = format!(
-            "sqlite:{} ({})",
+            "sqlite:{} ({}{})",
             path.display(),
             match (config.durability, pipelined) {
                 (Durability::Full, true) => "fsync per group commit, in a stage of its own",
                 (Durability::Full, false) => "fsync per commit",
                 (Durability::Relaxed, _) => "relaxed: fsync at checkpoints",
+            },
+            match &config.keys {
+                Some(k) => format!("; sealed with key {:?}", k.current()),
+                None => String::new(),
             }
         );
         Ok(SqliteStore {
@@ -268,6 +269,157 @@ impl SqliteStore {
     /// The store failed.
     pub fn flush(&self) -> Result<(), StoreError> {
         self.shared.queue.mark.wait_blocking(self.last_ticket())
+    }
+}
+
+/// The lock file next to the database (`subtask.db.lock`), locked: one
+/// process per database.
+fn take_lock(path: &Path) -> Result<File, StoreError> {
+    let lock_path = {
+        let mut p = path.to_path_buf().into_os_string();
+        p.push(".lock");
+        PathBuf::from(p)
+    };
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| io(format!("{}: {e}", lock_path.display())))?;
+    lock.try_lock().map_err(|_| {
+        StoreError::Locked(format!(
+            "{} is used by another subtask process (lock file {})",
+            path.display(),
+            lock_path.display()
+        ))
+    })?;
+    Ok(lock)
+}
+
+impl SqliteStore {
+    /// Seals every stored value (task states, launches, journal entries)
+    /// with `keys`' current key, clear values and values sealed with an
+    /// older key alike, in one transaction; then forgets the check values
+    /// of the other keys (the database no longer needs them: they may be
+    /// taken out of the key file), rewrites the file without its free
+    /// pages (`VACUUM`, so no page of an old value is left in it) and
+    /// empties the write-ahead log. Takes the database's lock: the server
+    /// must be stopped (a running one makes this fail with
+    /// [`StoreError::Locked`], changing nothing).
+    ///
+    /// # Errors
+    ///
+    /// `Locked`; [`StoreError::Key`] when the database holds values sealed
+    /// with a key `keys` lacks or a key differs; a value that does not open
+    /// (nothing is changed then); `Io`, `Corrupt`, `NewerSchema` as at open.
+    pub fn reencrypt(path: impl AsRef<Path>, keys: &Keyring) -> Result<Reencrypted, StoreError> {
+        let path = path.as_ref();
+        if !path.exists() {
+            return Err(io(format!("{}: no such database", path.display())));
+        }
+        let _lock = take_lock(path)?;
+        let mut conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sql(path))?;
+        prepare(&mut conn, path, true, None)?;
+        check_keys(&conn, path, Some(keys))?;
+        let e = sql(path);
+        let mut done = Reencrypted::default();
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(&e)?;
+        {
+            type Row = (i64, Vec<u8>, Vec<u8>, String, Option<String>);
+            let mut select = tx
+                .prepare(
+                    "SELECT seq, id, root, state, launch FROM tasks WHERE seq > ?1 ORDER BY seq LIMIT 512",
+                )
+                .map_err(&e)?;
+            let mut update = tx
+                .prepare("UPDATE tasks SET state = ?2, launch = ?3 WHERE seq = ?1")
+                .map_err(&e)?;
+            let mut after = i64::MIN;
+            loop {
+                let rows: Vec<Row> = select
+                    .query_map(params![after], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                    })
+                    .map_err(&e)?
+                    .collect::<Result<_, _>>()
+                    .map_err(&e)?;
+                let Some(last) = rows.last() else { break };
+                after = last.0;
+                for (seq, id, root, state, launch) in rows {
+                    let (id, root) = (blob_id(&id)?, blob_id(&root)?);
+                    let new_state = reseal(keys, Place::new(Column::State, id.as_u128()), &state)?;
+                    let new_launch = match &launch {
+                        Some(l) => reseal(keys, Place::new(Column::Launch, root.as_u128()), l)?,
+                        None => None,
+                    };
+                    if new_state.is_none() && new_launch.is_none() {
+                        continue;
+                    }
+                    done.values += u64::from(new_state.is_some()) + u64::from(new_launch.is_some());
+                    update
+                        .execute(params![
+                            seq,
+                            new_state.as_deref().unwrap_or(&state),
+                            new_launch.as_deref().or(launch.as_deref())
+                        ])
+                        .map_err(&e)?;
+                }
+            }
+            type Entry = (Vec<u8>, Vec<u8>, i64, String);
+            let mut select = tx
+                .prepare(
+                    "SELECT root, task, n, entry FROM journal WHERE (root, task, n) > (?1, ?2, ?3)
+                     ORDER BY root, task, n LIMIT 512",
+                )
+                .map_err(&e)?;
+            let mut update = tx
+                .prepare("UPDATE journal SET entry = ?4 WHERE root = ?1 AND task = ?2 AND n = ?3")
+                .map_err(&e)?;
+            let mut after: (Vec<u8>, Vec<u8>, i64) = (Vec::new(), Vec::new(), i64::MIN);
+            loop {
+                let rows: Vec<Entry> = select
+                    .query_map(params![after.0, after.1, after.2], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                    })
+                    .map_err(&e)?
+                    .collect::<Result<_, _>>()
+                    .map_err(&e)?;
+                let Some(last) = rows.last() else { break };
+                after = (last.0.clone(), last.1.clone(), last.2);
+                for (root, task, n, entry) in rows {
+                    let place = Place::nth(Column::Journal, blob_id(&task)?.as_u128(), n);
+                    if let Some(sealed) = reseal(keys, place, &entry)? {
+                        done.values += 1;
+                        update.execute(params![root, task, n, sealed]).map_err(&e)?;
+                    }
+                }
+            }
+            let mut old = tx
+                .prepare("SELECT key_id FROM seal_keys WHERE key_id <> ?1 ORDER BY key_id")
+                .map_err(&e)?;
+            done.retired = old
+                .query_map(params![keys.current()], |r| r.get(0))
+                .map_err(&e)?
+                .collect::<Result<_, _>>()
+                .map_err(&e)?;
+            tx.execute(
+                "DELETE FROM seal_keys WHERE key_id <> ?1",
+                params![keys.current()],
+            )
+            .map_err(&e)?;
+        }
+        tx.commit().map_err(&e)?;
+        conn.execute_batch("VACUUM").map_err(&e)?;
+        let _: i64 = conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+            .map_err(&e)?;
+        Ok(done)
     }
 }
 
@@ -306,7 +458,7 @@ impl TaskStore for SqliteStore {
     }
 
     fn load(&self) -> Result<Vec<StoredTree>, StoreError> {
-        self.shared.queue.read(|w| read_trees(&w.conn))
+        self.shared.queue.read(|w| read_trees(&w.conn, w.keys.as_deref()))
     }
 
     fn get(&self, id: TaskId) -> Result<Option<StoredTask>, StoreError> {
@@ -322,7 +474,7 @@ impl TaskStore for SqliteStore {
                 .query_row(params![rowid], row_task)
                 .optional()
                 .map_err(e)?;
-            row.map(to_task).transpose()
+            row.map(|r| to_task(r, w.keys.as_deref())).transpose()
         })
     }
 

@@ -7,6 +7,7 @@ use super::blob_id;
 use super::{io, schema::MIGRATIONS, writer::Writer};
 use crate::model::IdMap;
 use crate::store::queue::assemble;
+use crate::store::seal::{Column, Keyring, Place, open, open_owned};
 use crate::store::{StoreError, StoredTask, StoredTree, TreeMeta};
 
 /// `(id, root, parent, position, version, state)` as read from a row.
@@ -18,8 +19,10 @@ pub(super) fn row_task(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
 
 pub(super) fn to_task(
     (id, root, parent, position, version, state): TaskRow,
+    keys: Option<&Keyring>,
 ) -> Result<StoredTask, StoreError> {
     let id = blob_id(&id)?;
+    let state = open_owned(keys, Place::new(Column::State, id.as_u128()), state)?;
     let bad = |what: &str| StoreError::Corrupt(format!("task {id}: {what}"));
     Ok(StoredTask {
         id,
@@ -35,7 +38,7 @@ pub(super) fn to_task(
 /// reads it: each row decoded (a value of the wrong type, a task id that
 /// is not 16 bytes, a negative position or version, an unreadable launch
 /// are [`StoreError::Corrupt`]), then grouped by tree in row order.
-pub(super) fn read_trees(conn: &Connection) -> Result<Vec<StoredTree>, StoreError> {
+pub(super) fn read_trees(conn: &Connection, keys: Option<&Keyring>) -> Result<Vec<StoredTree>, StoreError> {
     let e = |x: rusqlite::Error| StoreError::Corrupt(x.to_string());
     let mut stmt = conn
         .prepare(
@@ -43,11 +46,11 @@ pub(super) fn read_trees(conn: &Connection) -> Result<Vec<StoredTree>, StoreErro
              ORDER BY seq",
         )
         .map_err(e)?;
-    let journal = read_journal(conn)?;
+    let journal = read_journal(conn, keys)?;
     let mut rows = stmt.query([]).map_err(e)?;
     let mut read = Vec::new();
     while let Some(r) = rows.next().map_err(e)? {
-        let mut task = to_task(row_task(r).map_err(e)?)?;
+        let mut task = to_task(row_task(r).map_err(e)?, keys)?;
         if let Some(entries) = journal.get(&task.id) {
             task.state = crate::store::with_journal(&task.state, entries)?;
         }
@@ -58,9 +61,12 @@ pub(super) fn read_trees(conn: &Connection) -> Result<Vec<StoredTree>, StoreErro
         let launch = r
             .get::<_, Option<String>>(8)
             .map_err(e)?
-            .map(|l| serde_json::from_str(&l))
-            .transpose()
-            .map_err(|x| StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root)))?;
+            .map(|l| {
+                let l = open(keys, Place::new(Column::Launch, task.root.as_u128()), &l)?;
+                serde_json::from_str(&l)
+                    .map_err(|x| StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root)))
+            })
+            .transpose()?;
         let meta = TreeMeta {
             root: task.root,
             owner: r.get(6).map_err(e)?,
@@ -73,7 +79,7 @@ pub(super) fn read_trees(conn: &Connection) -> Result<Vec<StoredTree>, StoreErro
 }
 
 /// Every task's journal entries, in order.
-fn read_journal(conn: &Connection) -> Result<IdMap<Vec<String>>, StoreError> {
+fn read_journal(conn: &Connection, keys: Option<&Keyring>) -> Result<IdMap<Vec<String>>, StoreError> {
     let e = |x: rusqlite::Error| StoreError::Corrupt(x.to_string());
     let mut stmt = conn
         .prepare("SELECT task, n, entry FROM journal ORDER BY root, task, n")
@@ -91,7 +97,12 @@ fn read_journal(conn: &Connection) -> Result<IdMap<Vec<String>>, StoreError> {
                 entries.len()
             )));
         }
-        entries.push(r.get(2).map_err(e)?);
+        let entry: String = r.get(2).map_err(e)?;
+        entries.push(open_owned(
+            keys,
+            Place::nth(Column::Journal, task.as_u128(), n),
+            entry,
+        )?);
     }
     Ok(out)
 }
@@ -113,5 +124,5 @@ pub(crate) fn scratch_database() -> Result<Connection, StoreError> {
 #[cfg(feature = "fuzzing")]
 pub(crate) fn read_back(conn: Connection) -> Result<Vec<StoredTree>, StoreError> {
     let w = Writer::open(conn, std::path::Path::new(":memory:"))?;
-    read_trees(&w.conn)
+    read_trees(&w.conn, None)
 }

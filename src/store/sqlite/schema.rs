@@ -6,6 +6,7 @@ use rusqlite::Connection;
 
 use super::sql;
 use crate::store::StoreError;
+use crate::store::seal::{Keyring, verify_keys};
 
 /// `PRAGMA application_id` of a subtask database ("sbtk").
 const APPLICATION_ID: i64 = 0x7362_746b;
@@ -34,6 +35,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
         entry TEXT NOT NULL,
         PRIMARY KEY (root, task, n)
     ) WITHOUT ROWID;
+",
+    "
+    -- One check value per encryption key id (docs/encryption.md).
+    CREATE TABLE seal_keys (
+        key_id      TEXT PRIMARY KEY,
+        check_value TEXT NOT NULL
+    );
 ",
 ];
 
@@ -114,6 +122,38 @@ pub(super) fn prepare(
         ))
         .map_err(&e)?;
         tx.commit().map_err(&e)?;
+    }
+    Ok(())
+}
+
+/// Checks `keys` against the check values stored per key id (a missing or
+/// wrong key is refused, and so is a sealed database opened without keys)
+/// and stores the check value of every key the database does not know
+/// yet, before anything is sealed with it.
+pub(super) fn check_keys(conn: &Connection, path: &Path, keys: Option<&Keyring>) -> Result<(), StoreError> {
+    let e = sql(path);
+    let stored: Vec<(String, String)> = {
+        let mut st = conn
+            .prepare("SELECT key_id, check_value FROM seal_keys ORDER BY key_id")
+            .map_err(&e)?;
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(&e)?
+            .collect::<Result<_, _>>()
+            .map_err(&e)?
+    };
+    let new = verify_keys(keys, &stored).map_err(|x| match x {
+        StoreError::Key(m) => StoreError::Key(format!("{}: {m}", path.display())),
+        other => other,
+    })?;
+    if let Some(keys) = keys {
+        for id in new {
+            let check = keys.check(&id).expect("a key of the keyring");
+            conn.execute(
+                "INSERT INTO seal_keys (key_id, check_value) VALUES (?1, ?2)",
+                rusqlite::params![id, check],
+            )
+            .map_err(&e)?;
+        }
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ use rusqlite::{Connection, TransactionBehavior, params};
 use super::{Shared, blob_id, id_blob, sql};
 use crate::model::{IdMap, TaskId};
 use crate::store::queue::Next;
+use crate::store::seal::{Column, Keyring, Place, seal};
 use crate::store::{StoreError, Ticket, TreeMeta, WriteBatch, WriteOp};
 
 /// The writer thread's state: the connection and where each task's row is.
@@ -18,6 +19,8 @@ pub(super) struct Writer {
     pub(super) trees: IdMap<Vec<(i64, TaskId)>>,
     /// Time spent in SQLite's COMMIT (write and fsync), for `SUBTASK_STORE_DEBUG`.
     pub(super) in_commit: std::time::Duration,
+    /// The keys values are sealed with (`None`: written in clear).
+    pub(super) keys: Option<std::sync::Arc<Keyring>>,
 }
 
 impl Writer {
@@ -27,6 +30,7 @@ impl Writer {
             rows: IdMap::default(),
             trees: IdMap::default(),
             in_commit: std::time::Duration::ZERO,
+            keys: None,
         };
         let e = sql(path);
         // A value of the wrong type in a row (a TEXT task id) is damage,
@@ -68,6 +72,17 @@ impl Writer {
         let mut fresh: IdMap<i64> = IdMap::default();
         let mut deleted: Vec<TaskId> = Vec::new();
         let mut metas: IdMap<&TreeMeta> = IdMap::default();
+        let keys = self.keys.as_deref();
+        // A tree's launch, as stored (sealed with its root's id).
+        let launch_text = |meta: &TreeMeta| {
+            meta.launch.as_ref().map(|l| {
+                let l = l.to_string();
+                match keys {
+                    None => l,
+                    Some(k) => k.seal(Place::new(Column::Launch, meta.root.as_u128()), &l),
+                }
+            })
+        };
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -101,7 +116,7 @@ impl Writer {
                             let row = fresh.get(&meta.root).or_else(|| self.rows.get(&meta.root));
                             match row {
                                 Some(&rowid) => {
-                                    let launch = meta.launch.as_ref().map(|l| l.to_string());
+                                    let launch = launch_text(meta);
                                     update_meta
                                         .execute(params![
                                             rowid,
@@ -119,14 +134,16 @@ impl Writer {
                         }
                         WriteOp::PutTask(t) => match fresh.get(&t.id).or_else(|| self.rows.get(&t.id)) {
                             Some(&rowid) => {
+                                let state = seal(keys, Place::new(Column::State, t.id.as_u128()), &t.state);
                                 update
-                                    .execute(params![rowid, batch.version as i64, t.state])
+                                    .execute(params![rowid, batch.version as i64, state.as_ref()])
                                     .map_err(&e)?;
                             }
                             None => {
                                 let parent = t.parent.map(id_blob);
                                 let meta = metas.remove(&t.id);
-                                let launch = meta.and_then(|m| m.launch.as_ref()).map(|l| l.to_string());
+                                let launch = meta.and_then(launch_text);
+                                let state = seal(keys, Place::new(Column::State, t.id.as_u128()), &t.state);
                                 insert
                                     .execute(params![
                                         &id_blob(t.id)[..],
@@ -134,7 +151,7 @@ impl Writer {
                                         parent.as_ref().map(|p| &p[..]),
                                         t.position,
                                         batch.version as i64,
-                                        t.state,
+                                        state.as_ref(),
                                         meta.and_then(|m| m.owner.as_deref()),
                                         meta.map(|m| m.resumable),
                                         launch,
@@ -163,12 +180,14 @@ impl Writer {
                             deleted.push(*root);
                         }
                         WriteOp::AppendJournal(row) => {
+                            let place = Place::nth(Column::Journal, row.task.as_u128(), i64::from(row.n));
+                            let entry = seal(keys, place, &row.entry);
                             append
                                 .execute(params![
                                     &id_blob(row.root)[..],
                                     &id_blob(row.task)[..],
                                     row.n,
-                                    row.entry
+                                    entry.as_ref()
                                 ])
                                 .map_err(&e)?;
                         }
