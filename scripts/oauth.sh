@@ -2,8 +2,9 @@
 # `subtask serve` as an OAuth 2.1 resource server (docs/auth.md) against a
 # real authorization server and a released client, run by scripts/test.sh
 # after the interop suite: tests/interop/oauth.test.mjs (`node --test` on
-# Node 22) with oidc-provider 9.13.3 and @modelcontextprotocol/sdk 1.32.2,
-# both pinned in tests/interop/package.json and installed by
+# Node 22) with oidc-provider 9.13.3, @modelcontextprotocol/sdk 1.32.2 and
+# playwright-core 1.65.1 (the web view's sign-in in Debian's chromium,
+# which scripts/ui.sh installs), pinned in tests/interop/package.json and installed by
 # scripts/interop.sh into .cache/interop/node (this script runs
 # scripts/interop.sh's install when they are missing, so it also works on
 # its own).
@@ -30,5 +31,10 @@ fi
 [[ -x "$NODE22" ]] || fail "no Node 22 at $NODE22"
 [[ -e tests/interop/node_modules/oidc-provider/package.json ]] ||
   fail "tests/interop/node_modules has no oidc-provider (tests/interop/package.json pins it)"
+[[ -x "${CHROMIUM:-/usr/bin/chromium}" ]] ||
+  fail "no chromium at ${CHROMIUM:-/usr/bin/chromium} (scripts/ui.sh installs Debian's chromium; run it first)"
+# Screenshots of the web view's sign-in, next to scripts/ui.sh's.
+SHOTS="${UI_SHOTS:-$REPO/target/ui-screenshots}"
+mkdir -p "$SHOTS"
 cd tests/interop
-SUBTASK_BIN="$BIN_DIR/subtask" "$NODE22" --test --test-reporter=spec oauth.test.mjs
+SHOTS="$SHOTS" SUBTASK_BIN="$BIN_DIR/subtask" "$NODE22" --test --test-reporter=spec oauth.test.mjs

@@ -480,6 +480,11 @@ struct OAuthArgs {
     /// The scope that lets a token open the web view and /metrics.
     #[arg(long = "oauth-scope-observe", default_value = "mcp:observe")]
     oauth_scope_observe: String,
+    /// The web view signs in through the (first) authorization server as
+    /// this public client (authorization code with PKCE; its redirect URI
+    /// is /ui/callback at --oauth-resource's origin).
+    #[arg(long = "oauth-ui-client", value_name = "CLIENT_ID")]
+    oauth_ui_client: Option<String>,
 }
 
 impl OAuthArgs {
@@ -508,6 +513,7 @@ impl OAuthArgs {
             control: self.oauth_scope_control.clone(),
             observe: self.oauth_scope_observe.clone(),
         };
+        config.ui_client = self.oauth_ui_client.clone();
         Ok(Some(config))
     }
 }

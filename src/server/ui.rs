@@ -69,6 +69,7 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; conn
 /// gets axum's plain 405, as before: the layers are each route's
 /// `route_layer`, which leaves the 405 out (the router's `route_layer`
 /// would wrap it too).
+#[allow(clippy::let_and_return)]
 pub(crate) fn router(guard: &HostGuard) -> Router<AppState> {
     // Outermost first: each header layer sets its header after the ones
     // inside it, so an answer's headers keep the order they always had
@@ -81,7 +82,7 @@ pub(crate) fn router(guard: &HostGuard) -> Router<AppState> {
         .layer(harden(header::CONTENT_SECURITY_POLICY, CSP))
         .layer(ValidateRequestHeaderLayer::custom(guard.clone()));
     let guarded = |route: MethodRouter<AppState>| route.route_layer(layers.clone());
-    Router::new()
+    let router = Router::new()
         .route("/ui", guarded(asset("text/html; charset=utf-8", INDEX_HTML)))
         .route("/ui/", guarded(asset("text/html; charset=utf-8", INDEX_HTML)))
         .route(
@@ -94,7 +95,14 @@ pub(crate) fn router(guard: &HostGuard) -> Router<AppState> {
         .route("/ui/api/trees/{id}", guarded(get(tree)))
         .route("/ui/api/trees/{id}/live", guarded(get(live)))
         .route("/ui/api/tasks/{id}", guarded(get(task)))
-        .route("/ui/api/tasks/{id}/{action}", guarded(post(command)))
+        .route("/ui/api/tasks/{id}/{action}", guarded(post(command)));
+    // Sign-in through the authorization server (`docs/auth.md`).
+    #[cfg(feature = "oauth")]
+    let router = router
+        .route("/ui/api/signin", guarded(get(super::oauth::signin::info)))
+        .route("/ui/signin", guarded(get(super::oauth::signin::start)))
+        .route("/ui/callback", guarded(get(super::oauth::signin::finish)));
+    router
 }
 
 /// One security header of every answer (no framing, scripts and styles

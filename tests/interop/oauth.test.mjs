@@ -18,6 +18,10 @@
 // - The authorization server rotates its signing key while a task runs: a
 //   token signed with the new key is taken without a restart.
 // - A static token (--tokens) keeps working beside OAuth.
+// - The web view signs in through the authorization server in headless
+//   Chromium (playwright-core; Debian's chromium, which scripts/ui.sh
+//   installs): authorization code with PKCE, oidc-provider's login and
+//   consent pages, back to /ui signed in as that subject.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -32,6 +36,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { ClientCredentialsProvider } from "@modelcontextprotocol/sdk/client/auth-extensions.js";
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
+import { chromium } from "playwright-core";
 
 const BIN = process.env.SUBTASK_BIN;
 if (!BIN) throw new Error("SUBTASK_BIN is not set (scripts/oauth.sh sets it)");
@@ -70,7 +75,7 @@ async function signingKey(kid) {
 /// An oidc-provider authorization server on `port` publishing `keys` (the
 /// first signs), with clients alice and bob (every scope), reader
 /// (mcp:tasks only) and nobody (no scope).
-function authorizationServer(port, keys) {
+function authorizationServer(port, keys, uiRedirect) {
   const issuer = `http://127.0.0.1:${port}`;
   const client = (id, scope) => ({
     client_id: id,
@@ -82,11 +87,25 @@ function authorizationServer(port, keys) {
     ...(scope ? { scope } : {}),
   });
   const provider = new Provider(issuer, {
-    clients: [client("alice", ALL), client("bob", ALL), client("reader", "mcp:tasks"), client("nobody", "")],
+    clients: [
+      client("alice", ALL),
+      client("bob", ALL),
+      client("reader", "mcp:tasks"),
+      client("nobody", ""),
+      // The web view: a public client, authorization code with PKCE.
+      {
+        client_id: "webview",
+        token_endpoint_auth_method: "none",
+        grant_types: ["authorization_code"],
+        response_types: ["code"],
+        redirect_uris: [uiRedirect ?? "http://127.0.0.1:1/ui/callback"],
+        scope: ALL,
+      },
+    ],
     jwks: { keys: keys.map((k) => k.jwk) },
     scopes: ALL.split(" "),
     features: {
-      devInteractions: { enabled: false },
+      devInteractions: { enabled: true },
       clientCredentials: { enabled: true },
       resourceIndicators: {
         enabled: true,
@@ -196,19 +215,19 @@ async function legacyList(bearer) {
 
 before(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), "subtask-oauth-"));
-  asPort = await freePort();
-  k1 = await signingKey("k1");
-  as = await authorizationServer(asPort, [k1]);
-  other = await authorizationServer(await freePort(), [await signingKey("o1")]);
   const port = await freePort();
   mcp = `http://127.0.0.1:${port}/mcp`;
   base = `http://127.0.0.1:${port}`;
+  asPort = await freePort();
+  k1 = await signingKey("k1");
+  as = await authorizationServer(asPort, [k1], `${base}/ui/callback`);
+  other = await authorizationServer(await freePort(), [await signingKey("o1")]);
   const tokens = path.join(dir, "tokens");
   fs.writeFileSync(tokens, "static-secret carol\n");
   proc = spawn(
     BIN,
     ["serve", "--memory", "--listen", `127.0.0.1:${port}`, "--tokens", tokens,
-     "--oauth-issuer", as.issuer, "--oauth-resource", mcp],
+     "--oauth-issuer", as.issuer, "--oauth-resource", mcp, "--oauth-ui-client", "webview"],
     { stdio: ["ignore", "pipe", "pipe"] },
   );
   proc.stdout.on("data", (d) => log.push(String(d)));
@@ -354,7 +373,7 @@ test("a key rotation at the authorization server needs no restart", async () => 
   await sleep(10_500);
   await as.close();
   const k2 = await signingKey("k2");
-  as = await authorizationServer(asPort, [k2, k1]);
+  as = await authorizationServer(asPort, [k2, k1], `${base}/ui/callback`);
   const fresh = await token("alice");
   assert.equal(JSON.parse(Buffer.from(fresh.split(".")[0], "base64url")).kid, "k2", "signed with the new key");
   const r = await rpc(fresh, "tasks/get", { taskId: id });
@@ -367,4 +386,54 @@ test("a key rotation at the authorization server needs no restart", async () => 
     return g.body.result?.status === "completed" && g;
   });
   assert.equal(done.body.result.status, "completed");
+});
+
+test("the web view signs in through the authorization server (authorization code with PKCE)", async () => {
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+      "--disable-component-update", "--disable-sync"],
+  });
+  const shots = process.env.SHOTS;
+  try {
+    const page = await browser.newPage();
+    await page.goto(`${base}/ui/`);
+    await page.waitForSelector("#oauth-signin", { state: "visible", timeout: 15000 });
+    if (shots) await page.screenshot({ path: path.join(shots, "oauth-1-signin.png") });
+    await page.click("#oauth-signin");
+    // oidc-provider's login page (its development interactions: any login).
+    await page.waitForURL((u) => u.toString().startsWith(as.issuer), { timeout: 15000 });
+    await page.fill('input[name="login"]', "dana");
+    await page.fill('input[name="password"]', "any");
+    if (shots) await page.screenshot({ path: path.join(shots, "oauth-2-login.png") });
+    await page.click('button[type="submit"]');
+    // Its consent page.
+    await page.waitForSelector('button[type="submit"]', { timeout: 15000 });
+    if (shots) await page.screenshot({ path: path.join(shots, "oauth-3-consent.png") });
+    await page.click('button[type="submit"]');
+    await page.waitForURL((u) => u.toString().startsWith(`${base}/ui/`), { timeout: 15000 });
+    await page.waitForFunction(() => document.getElementById("who")?.textContent?.includes("signed in as"), null, {
+      timeout: 15000,
+    });
+    const who = await page.textContent("#who");
+    assert.equal(who, `signed in as ${as.issuer}#dana`);
+    assert.ok(!page.url().includes("token="), `the token left the address bar: ${page.url()}`);
+    // The page's token is dana's access token for this resource, with the scopes asked for.
+    const tok = await page.evaluate(() => sessionStorage.getItem("subtask.token"));
+    const claims = JSON.parse(Buffer.from(tok.split(".")[1], "base64url"));
+    assert.equal(claims.sub, "dana");
+    assert.equal(claims.aud, mcp);
+    assert.deepEqual(claims.scope.split(" ").sort(), ALL.split(" ").sort());
+    // A tree of dana's shows up in her list; it is hers alone.
+    const call = await rpc(tok, "tools/call", { name: "fanout", arguments: { width: 2, depth: 1 }, task: { ttl: 60000 } });
+    const id = call.body.result?.taskId;
+    assert.ok(id, JSON.stringify(call.body));
+    const listed = await waitFor("dana's tree in her list", async () => (await page.content()).includes(id.slice(0, 8)));
+    assert.ok(listed);
+    if (shots) await page.screenshot({ path: path.join(shots, "oauth-4-signed-in.png") });
+    const alice = await rpc(await token("alice"), "tasks/get", { taskId: id });
+    assert.ok(alice.body.error, "alice does not see dana's task");
+  } finally {
+    await browser.close();
+  }
 });

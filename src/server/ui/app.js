@@ -87,6 +87,10 @@ function showLogin(message) {
   $('who').textContent = '';
   $('login-error').textContent = message || '';
   $('token').focus();
+  // With an authorization server configured for the page, a link to sign in there.
+  fetch('/ui/api/signin').then((r) => (r.ok ? r.json() : null)).then((j) => {
+    $('oauth').hidden = !(j && j.available);
+  }).catch(() => {});
 }
 
 async function boot() {
@@ -525,5 +529,16 @@ function wire() {
   setInterval(() => { if (app.tree && !app.tree.ended) drawRows(app.tree); }, 1000);
 }
 
+// Back from the authorization server (`/ui/callback`): the access token
+// comes in the fragment, which no server sees; it is kept like a pasted
+// one and taken out of the address bar.
+function takeTokenFromFragment() {
+  if (!location.hash.startsWith('#token=')) return;
+  app.token = decodeURIComponent(location.hash.slice('#token='.length));
+  sessionStorage.setItem('subtask.token', app.token);
+  history.replaceState(null, '', location.pathname + location.search);
+}
+
+takeTokenFromFragment();
 wire();
 boot();
