@@ -31,6 +31,8 @@ fi
 [[ -x "$NODE22" ]] || fail "no Node 22 at $NODE22"
 [[ -e tests/interop/node_modules/oidc-provider/package.json ]] ||
   fail "tests/interop/node_modules has no oidc-provider (tests/interop/package.json pins it)"
+[[ -n "${SUBTASK_TEST_PG:-}" && -n "${SUBTASK_TEST_PG_BIN:-}" ]] ||
+  fail "SUBTASK_TEST_PG is not set: the cluster case needs a PostgreSQL server (scripts/test.sh starts one; or source scripts/pg.sh and run pg_start)"
 [[ -x "${CHROMIUM:-/usr/bin/chromium}" ]] ||
   fail "no chromium at ${CHROMIUM:-/usr/bin/chromium} (scripts/ui.sh installs Debian's chromium; run it first)"
 # Screenshots of the web view's sign-in, next to scripts/ui.sh's.

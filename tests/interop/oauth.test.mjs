@@ -18,13 +18,18 @@
 // - The authorization server rotates its signing key while a task runs: a
 //   token signed with the new key is taken without a restart.
 // - A static token (--tokens) keeps working beside OAuth.
+// - Two instances on one PostgreSQL database (SUBTASK_TEST_PG, which
+//   scripts/test.sh's PostgreSQL server sets; the test fails without it):
+//   a task created through one with alice's token is read and cancelled
+//   through the other with hers, unknown there to bob, and refused to a
+//   token without the control scope.
 // - The web view signs in through the authorization server in headless
 //   Chromium (playwright-core; Debian's chromium, which scripts/ui.sh
 //   installs): authorization code with PKCE, oidc-provider's login and
 //   consent pages, back to /ui signed in as that subject.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import http from "node:http";
 import net from "node:net";
 import fs from "node:fs";
@@ -158,7 +163,7 @@ async function token(client, { issuer = as.issuer, resource = mcp, scope = ALL }
 }
 
 /// A POST of one 2026-07-28 request with `bearer`: status, headers, body.
-async function rpc(bearer, method, params = {}, extraHeaders = {}) {
+async function rpc(bearer, method, params = {}, extraHeaders = {}, url = mcp) {
   const headers = {
     "content-type": "application/json",
     accept: "application/json, text/event-stream",
@@ -169,7 +174,7 @@ async function rpc(bearer, method, params = {}, extraHeaders = {}) {
   if (bearer) headers.authorization = `Bearer ${bearer}`;
   if (params.taskId) headers["mcp-name"] = params.taskId;
   if (method === "tools/call") headers["mcp-name"] = params.name;
-  const r = await fetch(mcp, {
+  const r = await fetch(url, {
     method: "POST",
     headers,
     body: JSON.stringify({
@@ -435,5 +440,67 @@ test("the web view signs in through the authorization server (authorization code
     assert.ok(alice.body.error, "alice does not see dana's task");
   } finally {
     await browser.close();
+  }
+});
+
+test("two instances on PostgreSQL: a task is its subject's on both", async () => {
+  const pg = process.env.SUBTASK_TEST_PG;
+  const bindir = process.env.SUBTASK_TEST_PG_BIN;
+  assert.ok(pg && bindir, "SUBTASK_TEST_PG and SUBTASK_TEST_PG_BIN must be set (scripts/test.sh starts PostgreSQL; scripts/pg.sh)");
+  const db = `oauth_${process.pid}_${Date.now()}`;
+  const psql = (sql) => {
+    const r = spawnSync(path.join(bindir, "psql"), [pg, "-v", "ON_ERROR_STOP=1", "-q", "-c", sql], { encoding: "utf8" });
+    assert.equal(r.status, 0, r.stderr);
+  };
+  psql(`CREATE DATABASE ${db}`);
+  const url = pg.replace(/\/[^/]*$/, `/${db}`);
+  // One resource URI for the cluster (behind a load balancer, as users run it).
+  const resource = "http://cluster.invalid/mcp";
+  const instances = [];
+  try {
+    for (const name of ["one", "two"]) {
+      const port = await freePort();
+      const out = [];
+      const p = spawn(BIN, ["serve", "--db", url, "--lease", "2", "--listen", `127.0.0.1:${port}`,
+        "--oauth-issuer", as.issuer, "--oauth-resource", resource], { stdio: ["ignore", "pipe", "pipe"] });
+      p.stdout.on("data", (d) => out.push(String(d)));
+      p.stderr.on("data", (d) => out.push(String(d)));
+      instances.push({ p, out, url: `http://127.0.0.1:${port}/mcp` });
+      await waitFor(`instance ${name} to listen`, async () => {
+        if (p.exitCode !== null) throw new Error(`instance ${name} exited: ${out.join("")}`);
+        try {
+          return (await fetch(`http://127.0.0.1:${port}/.well-known/oauth-protected-resource/mcp`)).ok;
+        } catch {
+          return false;
+        }
+      });
+    }
+    const [one, two] = instances;
+    const alice = await token("alice", { resource });
+    const call = await rpc(alice, "tools/call", { name: "fanout", arguments: { width: 1, depth: 1, stepMs: 60000 }, task: { ttl: 60000 } }, {}, one.url);
+    const id = call.body.result?.taskId;
+    assert.ok(id, JSON.stringify(call.body));
+    const seen = await rpc(alice, "tasks/get", { taskId: id }, {}, two.url);
+    assert.equal(seen.body.result?.status, "working", `alice reads her task through the other instance: ${JSON.stringify(seen.body)}`);
+    const bob = await rpc(await token("bob", { resource }), "tasks/get", { taskId: id }, {}, two.url);
+    assert.ok(bob.body.error, `bob does not: ${JSON.stringify(bob.body)}`);
+    const reader = await rpc(await token("reader", { resource, scope: "mcp:tasks" }), "tasks/cancel", { taskId: id }, {}, two.url);
+    assert.equal(reader.status, 403, JSON.stringify(reader));
+    const cancel = await rpc(alice, "tasks/cancel", { taskId: id }, {}, two.url);
+    assert.ok(!cancel.body.error, `alice cancels it through the other instance: ${JSON.stringify(cancel.body)}`);
+    const done = await waitFor("the task to be cancelled", async () => {
+      const g = await rpc(alice, "tasks/get", { taskId: id }, {}, one.url);
+      return g.body.result?.status === "cancelled" && g;
+    });
+    assert.equal(done.body.result.status, "cancelled");
+  } catch (e) {
+    for (const i of instances) console.log(`--- instance log ---\n${i.out.join("").slice(-3000)}`);
+    throw e;
+  } finally {
+    for (const i of instances) if (i.p.exitCode === null) i.p.kill("SIGKILL");
+    await sleep(200);
+    try {
+      psql(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`);
+    } catch {}
   }
 });
