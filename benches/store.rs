@@ -23,6 +23,10 @@
 //! a running tree to the first `tasks/get` the other instance answers with
 //! its recovery of that tree, with the default lease.
 //!
+//! `durable_create_grouped_encrypted`: the grouped creates with task state
+//! sealed at rest, against the same in clear, alternating rounds
+//! (`SUBTASK_BENCH_ONLY=encrypted` runs only these).
+//!
 //! Prints one line per figure; context lines start with `#`. Run with
 //! `cargo bench --bench store`.
 
@@ -86,14 +90,67 @@ struct Run {
 /// `per_creator` creates by each of 64 creators, every one durable before
 /// the creator moves on.
 fn run(name: &str, max_batches_per_commit: usize, per_creator: usize) -> Run {
+    run_keyed(name, max_batches_per_commit, per_creator, None)
+}
+
+/// [`run`], with task state sealed at rest by `keys` when given
+/// (`docs/encryption.md`).
+fn run_keyed(
+    name: &str,
+    max_batches_per_commit: usize,
+    per_creator: usize,
+    keys: Option<Arc<subtask::store::Keyring>>,
+) -> Run {
     let path = fresh_db(name);
     let store = SqliteStore::open(SqliteConfig {
         durability: Durability::Full,
         max_batches_per_commit,
+        keys,
         ..SqliteConfig::new(&path)
     })
     .expect("open store");
     run_on(Arc::new(store), per_creator)
+}
+
+/// `durable_create_grouped_encrypted`: the grouped creates with task state
+/// sealed (XChaCha20-Poly1305, `docs/encryption.md`) against the same
+/// without, alternating rounds; the cost is the median of the per-round
+/// drops in creates per second.
+fn encryption_figures(scale: usize) {
+    let keys = Arc::new(
+        subtask::store::Keyring::parse("bench AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n")
+            .expect("the bench's key"),
+    );
+    let mut plain = Vec::new();
+    let mut sealed = Vec::new();
+    for i in 0..ROUNDS {
+        plain.push(run(&format!("plain-{i}.db"), usize::MAX, 1_000 * scale));
+        sealed.push(run_keyed(
+            &format!("sealed-{i}.db"),
+            usize::MAX,
+            1_000 * scale,
+            Some(keys.clone()),
+        ));
+    }
+    for (i, (p, s)) in plain.iter().zip(&sealed).enumerate() {
+        println!(
+            "# encryption round {i}: clear {:.0}/s, sealed {:.0}/s",
+            rate(p),
+            rate(s)
+        );
+    }
+    let cost = median(
+        plain
+            .iter()
+            .zip(&sealed)
+            .map(|(p, s)| (1.0 - rate(s) / rate(p)) * 100.0)
+            .collect(),
+    );
+    println!(
+        "durable_create_grouped_encrypted: subtask={:.0} clear={:.0} cost_pct={cost:.1}",
+        median(sealed.iter().map(rate).collect()),
+        median(plain.iter().map(rate).collect())
+    );
 }
 
 /// The same creators against any store.
@@ -189,6 +246,10 @@ fn main() {
         let _ = run("grouped.db", usize::MAX, 3_000 * scale);
         return;
     }
+    if std::env::var("SUBTASK_BENCH_ONLY").is_ok_and(|v| v == "encrypted") {
+        encryption_figures(scale);
+        return;
+    }
     if std::env::var("SUBTASK_BENCH_ONLY").is_ok_and(|v| v == "durable") {
         // Only the durable execution figures (on SQLite).
         durable_figures(scale);
@@ -234,6 +295,7 @@ fn main() {
         "create_latency_p99: subtask={:.0}",
         percentile(&mut latencies, 0.99)
     );
+    encryption_figures(scale);
     durable_figures(scale);
     #[cfg(feature = "postgres")]
     postgres_figures(scale);

@@ -44,7 +44,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use super::CommitStats;
 use super::queue::WriteQueue;
 use super::seal::{Column, Keyring, Place, Reencrypted, reseal};
-use super::{Durability, StoreError, StoredTask, StoredTree, TaskStore, Ticket, WriteBatch};
+use super::{Durability, StoreError, StoredTask, StoredTree, TaskStore, Ticket, WriteBatch, WriteOp};
 use crate::model::TaskId;
 #[cfg(feature = "fuzzing")]
 pub(crate) use read::{read_back, scratch_database};
@@ -111,6 +111,9 @@ pub struct SqliteStore {
     shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
     describe: String,
+    /// Task states are sealed with these in [`TaskStore::submit`], on the
+    /// callers' threads, so the one writer thread does not seal them all.
+    keys: Option<Arc<Keyring>>,
     /// Held for the store's lifetime: one process per database.
     _lock: File,
 }
@@ -258,6 +261,7 @@ impl SqliteStore {
             shared,
             writer: Mutex::new(Some(writer)),
             describe,
+            keys: config.keys.clone(),
             _lock: lock,
         })
     }
@@ -433,7 +437,16 @@ impl Drop for SqliteStore {
 }
 
 impl TaskStore for SqliteStore {
-    fn submit(&self, batch: WriteBatch) -> Ticket {
+    fn submit(&self, mut batch: WriteBatch) -> Ticket {
+        // Sealed here, in parallel on the callers' threads; the writer
+        // passes a sealed value through (`seal::seal`).
+        if let Some(keys) = &self.keys {
+            for op in &mut batch.ops {
+                if let WriteOp::PutTask(t) = op {
+                    t.state = keys.seal(Place::new(Column::State, t.id.as_u128()), &t.state);
+                }
+            }
+        }
         self.shared.queue.submit(batch)
     }
 
