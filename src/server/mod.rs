@@ -25,6 +25,8 @@ mod reply;
 mod request;
 mod schema;
 mod session;
+#[cfg(all(feature = "oauth", feature = "ui"))]
+mod signin;
 pub mod stdio;
 mod subscriptions;
 mod tasks;

@@ -99,9 +99,9 @@ pub(crate) fn router(guard: &HostGuard) -> Router<AppState> {
     // Sign-in through the authorization server (`docs/auth.md`).
     #[cfg(feature = "oauth")]
     let router = router
-        .route("/ui/api/signin", guarded(get(super::oauth::signin::info)))
-        .route("/ui/signin", guarded(get(super::oauth::signin::start)))
-        .route("/ui/callback", guarded(get(super::oauth::signin::finish)));
+        .route("/ui/api/signin", guarded(get(super::signin::info)))
+        .route("/ui/signin", guarded(get(super::signin::start)))
+        .route("/ui/callback", guarded(get(super::signin::finish)));
     router
 }
 
