@@ -14,6 +14,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "sdk" / "python" / "tests"))
 
+from support import pytest_runtest_makereport  # noqa: E402, F401 (the hook that keeps call reports)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     for var in ("SUBTASK_BIN", "NODE22"):
@@ -21,12 +23,6 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"{var} is not set (scripts/workers.sh sets it)")
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
-    outcome = yield
-    rep = outcome.get_result()
-    if rep.when == "call":
-        item.rep_call = rep  # type: ignore[attr-defined]
 
 
 @pytest.fixture

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-from support import HERE, TOKEN, Server, WorkerProcess, text_of, until
+from support import Server, WorkerProcess, connected, lines, start_failover_worker, text_of, until
 
-SCRIPT = HERE / "worker_proc.py"
 Start = Callable[..., WorkerProcess]
 
 
@@ -59,38 +58,49 @@ def cluster(db_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iter
             print(f"--- {s.log_path.name} ---\n{s.log()}")
 
 
-def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def start_named(start_process: Start, server: Server, name: str, d: Path) -> WorkerProcess:
-    return start_process(SCRIPT, "--url", server.ws_url, "--token", TOKEN, "--name", name,
-                         "--dir", str(d), name=f"worker-{name}")
-
-
-def connected(server: Server, n: int) -> Callable[[], bool]:
-    return lambda: server.metric("subtask_workers_connected") == n
-
-
 def listed(server: Server, tool: str) -> Callable[[], bool]:
     return lambda: tool in [t["name"] for t in server.mcp.call("tools/list", {})["tools"]]
+
+
+def worker_on_b(a: Server, b: Server, start_process: Start, d: Path, tool: str) -> WorkerProcess:
+    """Worker A connected to instance b, once instance a lists `tool`; no
+    worker is connected to a."""
+    worker = start_failover_worker(start_process, b, "A", d)
+    until("worker A to connect to instance b", connected(b, 1))
+    until("instance a to list the tool b's worker serves", listed(a, tool))
+    assert a.metric("subtask_workers_connected") == 0, "no worker is connected to the tree's holder"
+    return worker
+
+
+def parent_with_child_done(a: Server, d: Path) -> tuple[str, list[str]]:
+    """A `replay_parent` tree started on a, once its child completed: the
+    root and the children."""
+    root = a.mcp.start_task("replay_parent", {})
+    until("A's handler to spawn its child", lambda: lines(d / "parent.log"), timeout=30)
+    child = a.mcp.get(root)["childTaskIds"]
+    assert len(child) == 1
+    a.mcp.until_status(child[0], "completed")
+    return root, child
+
+
+def check_replayed_by_worker_b(d: Path, child: list[str], done: dict) -> None:
+    """The tree ended on B, replaying A's attempt: nothing finished ran again."""
+    assert text_of(done["result"]) == "parent done on B after the child said 'child ok'"
+    assert lines(d / "attempts.log") == ["A attempt=1 replay=False", "B attempt=2 replay=True"]
+    assert lines(d / "steps.log") == ["a"], "step a ran once"
+    assert lines(d / "child.log") == ["child ran on A"], "the child's handler ran once"
+    assert lines(d / "parent.log") == [f"A spawned {child[0]}", f"B spawned {child[0]}"], \
+        "the replay's spawn gave the same subtask back"
+    assert done["childTaskIds"] == child, "nothing appended twice"
 
 
 def test_a_worker_killed_on_the_other_instance_its_tree_completes_on_another_and_redoes_nothing(
     cluster: tuple[Server, Server], start_process: Start, tmp_path: Path
 ) -> None:
     a, b = cluster
-    worker_a = start_named(start_process, b, "A", tmp_path)
-    until("worker A to connect to instance b", connected(b, 1))
-    until("instance a to list the tool b's worker serves", listed(a, "replay_parent"))
-    assert a.metric("subtask_workers_connected") == 0, "no worker is connected to the tree's holder"
-
-    root = a.mcp.start_task("replay_parent", {})
-    until("A's handler to spawn its child", lambda: lines(tmp_path / "parent.log"), timeout=30)
-    child = a.mcp.get(root)["childTaskIds"]
-    assert len(child) == 1
-    a.mcp.until_status(child[0], "completed")
-    start_named(start_process, b, "B", tmp_path)
+    worker_a = worker_on_b(a, b, start_process, tmp_path, "replay_parent")
+    root, child = parent_with_child_done(a, tmp_path)
+    start_failover_worker(start_process, b, "B", tmp_path)
     until("worker B to connect to instance b", connected(b, 2))
 
     worker_a.signal(signal.SIGKILL)
@@ -98,13 +108,7 @@ def test_a_worker_killed_on_the_other_instance_its_tree_completes_on_another_and
     (tmp_path / "release").touch()
     done = a.mcp.until_status(root, "completed", timeout=30)
 
-    assert text_of(done["result"]) == "parent done on B after the child said 'child ok'"
-    assert lines(tmp_path / "attempts.log") == ["A attempt=1 replay=False", "B attempt=2 replay=True"]
-    assert lines(tmp_path / "steps.log") == ["a"], "step a ran once"
-    assert lines(tmp_path / "child.log") == ["child ran on A"], "the child's handler ran once"
-    assert lines(tmp_path / "parent.log") == [f"A spawned {child[0]}", f"B spawned {child[0]}"], \
-        "the replay's spawn gave the same subtask back"
-    assert done["childTaskIds"] == child, "nothing appended twice"
+    check_replayed_by_worker_b(tmp_path, child, done)
     # The other instance reads the same tree from the database.
     assert b.mcp.get(root)["status"] == "completed"
 
@@ -113,14 +117,12 @@ def test_a_stalled_worker_on_the_other_instance_loses_its_task_and_its_late_repo
     cluster: tuple[Server, Server], start_process: Start, tmp_path: Path
 ) -> None:
     a, b = cluster
-    worker_a = start_named(start_process, b, "A", tmp_path)
-    until("worker A to connect to instance b", connected(b, 1))
-    until("instance a to list the tool b's worker serves", listed(a, "stall"))
+    worker_a = worker_on_b(a, b, start_process, tmp_path, "stall")
     task = a.mcp.start_task("stall", {})
     until("A's handler to block", lambda: (tmp_path / "stalling.A").exists(), timeout=30)
     worker_a.signal(signal.SIGSTOP)
     try:
-        start_named(start_process, b, "B", tmp_path)
+        start_failover_worker(start_process, b, "B", tmp_path)
         until("B to get the task once A's lease ended",
               lambda: "B attempt=2 replay=True" in lines(tmp_path / "stall.log"), timeout=15)
         assert b.metric("subtask_worker_lease_losses_total") == 1
@@ -138,13 +140,8 @@ def test_a_task_whose_last_worker_elsewhere_left_comes_back_and_runs_on_a_worker
     cluster: tuple[Server, Server], start_process: Start, tmp_path: Path
 ) -> None:
     a, b = cluster
-    worker_a = start_named(start_process, b, "A", tmp_path)
-    until("worker A to connect to instance b", connected(b, 1))
-    until("instance a to list the tool b's worker serves", listed(a, "replay_parent"))
-    root = a.mcp.start_task("replay_parent", {})
-    until("A's handler to spawn its child", lambda: lines(tmp_path / "parent.log"), timeout=30)
-    child = a.mcp.get(root)["childTaskIds"]
-    a.mcp.until_status(child[0], "completed")
+    worker_a = worker_on_b(a, b, start_process, tmp_path, "replay_parent")
+    root, child = parent_with_child_done(a, tmp_path)
 
     worker_a.signal(signal.SIGKILL)
     worker_a.proc.wait(10)
@@ -155,12 +152,8 @@ def test_a_task_whose_last_worker_elsewhere_left_comes_back_and_runs_on_a_worker
     a.mcp.until(root, "waiting for another attempt",
                 lambda t: "waiting for a worker to run it again (attempt 2)" in (t.get("statusMessage") or ""),
                 timeout=15)
-    start_named(start_process, a, "B", tmp_path)
+    start_failover_worker(start_process, a, "B", tmp_path)
     (tmp_path / "release").touch()
     done = a.mcp.until_status(root, "completed", timeout=30)
 
-    assert text_of(done["result"]) == "parent done on B after the child said 'child ok'"
-    assert lines(tmp_path / "attempts.log") == ["A attempt=1 replay=False", "B attempt=2 replay=True"]
-    assert lines(tmp_path / "steps.log") == ["a"], "step a ran once"
-    assert lines(tmp_path / "child.log") == ["child ran on A"], "the child's handler ran once"
-    assert done["childTaskIds"] == child, "nothing appended twice"
+    check_replayed_by_worker_b(tmp_path, child, done)

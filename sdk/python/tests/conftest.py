@@ -10,6 +10,7 @@ from typing import Callable, Iterator
 
 import pytest
 from support import Server, WorkerProcess, WorkerProcesses, WorkerThread
+from support import pytest_runtest_makereport  # noqa: F401 (the hook that keeps call reports)
 
 from subtask_worker import Worker
 
@@ -36,12 +37,6 @@ def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
         print(f"--- server log ({s.log_path}) ---\n{s.log()}")
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
-    outcome = yield
-    rep = outcome.get_result()
-    if rep.when == "call":
-        item.rep_call = rep  # type: ignore[attr-defined]
 
 
 @pytest.fixture

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
+
 from subtask_worker import Worker
 
 HERE = Path(__file__).resolve().parent
@@ -296,3 +298,35 @@ class WorkerProcesses:
         if failed:
             for p in self.procs:
                 print(f"--- {p.log_path.name} ---\n{p.log()[-4000:]}")
+
+
+# The failover workers (worker_proc.py) and what their handlers leave in
+# their --dir: shared by test_failover.py and tests/workers/test_cluster.py.
+FAILOVER_WORKER = HERE / "worker_proc.py"
+
+
+def lines(path: Path) -> list[str]:
+    """The lines of a trace file a handler appends to (none yet: [])."""
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def start_failover_worker(start_process: Callable[..., WorkerProcess], server: Server, name: str,
+                          d: Path) -> WorkerProcess:
+    """worker_proc.py named `name` as a subprocess, connected to `server`, tracing into `d`."""
+    return start_process(FAILOVER_WORKER, "--url", server.ws_url, "--token", TOKEN, "--name", name,
+                         "--dir", str(d), name=f"worker-{name}")
+
+
+def connected(server: Server, n: int) -> Callable[[], bool]:
+    """Whether `n` workers are connected to `server` (for `until`)."""
+    return lambda: server.metric("subtask_workers_connected") == n
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """Keeps each test's call report on its item (`item.rep_call`), so the
+    fixtures print the logs of a test that failed. A conftest imports it."""
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call":
+        item.rep_call = rep  # type: ignore[attr-defined]

@@ -7,37 +7,23 @@ import signal
 from pathlib import Path
 from typing import Callable
 
-from support import HERE, TOKEN, Server, WorkerProcess, text_of, until
+from support import Server, WorkerProcess, connected, lines, start_failover_worker, text_of, until
 
 Start = Callable[..., WorkerProcess]
-SCRIPT = HERE / "worker_proc.py"
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def start_named(start_process: Start, server: Server, name: str, d: Path) -> WorkerProcess:
-    return start_process(SCRIPT, "--url", server.ws_url, "--token", TOKEN, "--name", name,
-                         "--dir", str(d), name=f"worker-{name}")
-
-
-def connected(server: Server, n: int) -> Callable[[], bool]:
-    return lambda: server.metric("subtask_workers_connected") == n
 
 
 def test_after_a_worker_is_killed_its_task_replays_on_another_and_redoes_nothing(
     server: Server, start_process: Start, tmp_path: Path
 ) -> None:
     mcp = server.mcp
-    a = start_named(start_process, server, "A", tmp_path)
+    a = start_failover_worker(start_process, server, "A", tmp_path)
     until("worker A to connect", connected(server, 1))
     root = mcp.start_task("replay_parent", {})
     until("A's handler to spawn its child", lambda: lines(tmp_path / "parent.log"))
     child = mcp.get(root)["childTaskIds"]
     assert len(child) == 1
     mcp.until_status(child[0], "completed")
-    start_named(start_process, server, "B", tmp_path)
+    start_failover_worker(start_process, server, "B", tmp_path)
     until("worker B to connect", connected(server, 2))
 
     a.signal(signal.SIGKILL)
@@ -58,13 +44,13 @@ def test_a_stalled_worker_loses_its_task_and_its_late_reports_are_refused(
     server: Server, start_process: Start, tmp_path: Path
 ) -> None:
     mcp = server.mcp
-    a = start_named(start_process, server, "A", tmp_path)
+    a = start_failover_worker(start_process, server, "A", tmp_path)
     until("worker A to connect", connected(server, 1))
     task = mcp.start_task("stall", {})
     until("A's handler to block", lambda: (tmp_path / "stalling.A").exists())
     a.signal(signal.SIGSTOP)
     try:
-        start_named(start_process, server, "B", tmp_path)
+        start_failover_worker(start_process, server, "B", tmp_path)
         until("B to get the task once A's lease ended",
               lambda: "B attempt=2 replay=True" in lines(tmp_path / "stall.log"), timeout=15)
         assert server.metric("subtask_worker_lease_losses_total") == 1
