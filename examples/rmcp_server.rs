@@ -316,6 +316,9 @@ mod tests {
     async fn rmcp_client(url: &str) -> RunningService<RoleClient, ClientConfig> {
         let capabilities = ClientCapabilities::builder().enable_tasks().build();
         let info = ClientConfig::new(capabilities, Implementation::new("rmcp-example-test", "0"));
+        // With `oauth` on, reqwest's rustls needs a provider (`subtask::tls`).
+        #[cfg(feature = "oauth")]
+        subtask::tls::install_provider();
         info.serve_with_lifecycle(
             StreamableHttpClientTransport::from_uri(url.to_owned()),
             ClientLifecycleMode::Discover {

@@ -387,6 +387,8 @@ async fn every_task_is_one_span_under_its_parents_span_exported_over_otlp() {
     let receiver = Receiver::start();
     let mut server = serve(&receiver.url);
     let url = server.url.clone();
+    // reqwest's rustls needs a provider (`subtask::tls`).
+    subtask::tls::install_provider();
     let http = reqwest::Client::new();
 
     // A tree that completes, with a failed task in it (fanout folds a

@@ -83,6 +83,10 @@ fn subtasks(config: subtask::server::ServerConfig) -> Server {
 
 /// rmcp's service over `WithSubtasks`, and nothing in front of it.
 async fn start(server: Server) -> String {
+    // With `oauth` on, reqwest's rustls needs a provider before any client
+    // (rmcp's transport's included) is built (`subtask::tls`).
+    #[cfg(feature = "oauth")]
+    subtask::tls::install_provider();
     let service = StreamableHttpService::new(
         move || Ok(WithSubtasks::new(Plain, server.clone())),
         Arc::new(LocalSessionManager::default()),

@@ -69,6 +69,10 @@ async fn start() -> String {
 async fn modern_client(url: &str) -> RunningService<RoleClient, ClientConfig> {
     let capabilities = ClientCapabilities::builder().enable_tasks().build();
     let info = ClientConfig::new(capabilities, Implementation::new("rmcp-interop-test", "0"));
+    // With `oauth` on, reqwest's rustls needs a provider before any client
+    // (rmcp's transport's included) is built (`subtask::tls`).
+    #[cfg(feature = "oauth")]
+    subtask::tls::install_provider();
     let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
     info.serve_with_lifecycle(
         transport,
@@ -213,6 +217,10 @@ async fn rmcp_drives_a_task_from_creation_to_its_result() {
 #[tokio::test]
 async fn rmcps_default_legacy_lifecycle_gets_results_synchronously() {
     let url = start().await;
+    // With `oauth` on, reqwest's rustls needs a provider before any client
+    // (rmcp's transport's included) is built (`subtask::tls`).
+    #[cfg(feature = "oauth")]
+    subtask::tls::install_provider();
     let transport = StreamableHttpClientTransport::from_uri(url);
     let client = ().serve(transport).await.expect("initialize on the legacy path");
     let tools = client.list_all_tools().await.expect("tools/list");

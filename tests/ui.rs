@@ -31,6 +31,8 @@ async fn start(ui: bool) -> (std::net::SocketAddr, String) {
 }
 
 fn http() -> reqwest::Client {
+    // reqwest's rustls needs a provider (`subtask::tls`).
+    subtask::tls::install_provider();
     reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()

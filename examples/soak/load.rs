@@ -177,7 +177,11 @@ impl Loop {
         Loop {
             api: sh.api(),
             answering,
-            http: reqwest::Client::new(),
+            http: {
+                // reqwest's rustls needs a provider (`subtask::tls`).
+                subtask::tls::install_provider();
+                reqwest::Client::new()
+            },
             rng: Rng::new(seed),
             sh,
         }
