@@ -71,12 +71,14 @@ async fn sigterm_stops_at_safe_points_and_the_restart_redoes_nothing() {
     let first_log = dir.0.join("first.log");
     let server = start(&bin, &db, &first_log, &["--drain-timeout", "20"]).await;
     let client = Client::new(server.addr(), full_caps());
-    // 1 + 8 nodes of 10 steps of 150 ms: a drain waits for the steps in
-    // flight (up to 150 ms), long enough to see a request refused.
+    // 1 + 8 nodes of 8 steps of 500 ms: a drain waits for the steps in
+    // flight (up to 500 ms), long enough to see a request refused even
+    // when the machine is loaded (with 150 ms steps, a fresh-clone run on
+    // two busy cores once saw the drain end before its first request).
     let root = client
         .start_task(
             "fanout",
-            json!({"width": 8, "depth": 1, "steps": 10, "stepMs": 150}),
+            json!({"width": 8, "depth": 1, "steps": 8, "stepMs": 500}),
         )
         .await;
     let kids = client.until_children(&root, 8).await;
@@ -159,10 +161,10 @@ async fn sigterm_stops_at_safe_points_and_the_restart_redoes_nothing() {
         "second",
     );
     assert!(redone.steps_redone.is_empty(), "{:?}", redone.steps_redone);
-    assert_eq!(redone.steps_recorded, 9 * 10, "{}", redone.summary());
+    assert_eq!(redone.steps_recorded, 9 * 8, "{}", redone.summary());
     assert_eq!(
         redone.steps_run,
-        9 * 10,
+        9 * 8,
         "after a drain no step runs twice, not even one in flight at the signal: {}",
         redone.summary()
     );
