@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-from support import Server, WorkerProcess, WorkerProcesses, WorkerThread
-from support import pytest_runtest_makereport  # noqa: F401 (the hook that keeps call reports)
+from support import Server, WorkerThread
+from support import pytest_runtest_makereport, start_process  # noqa: F401 (the hook and the fixture, shared)
 
 from subtask_worker import Worker
 
@@ -53,12 +53,3 @@ def start_worker(server: Server) -> Iterator[Callable[[Worker], WorkerThread]]:
     yield start
     for t in threads:
         t.stop()
-
-
-@pytest.fixture
-def start_process(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., WorkerProcess]]:
-    """Runs a Python script (a worker) as a subprocess until the test ends."""
-    procs = WorkerProcesses(tmp_path)
-    yield procs.start
-    rep = getattr(request.node, "rep_call", None)
-    procs.stop(rep is not None and rep.failed)

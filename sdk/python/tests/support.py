@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -330,3 +330,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     rep = outcome.get_result()
     if rep.when == "call":
         item.rep_call = rep  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def start_process(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., WorkerProcess]]:
+    """Runs a Python script (a worker) as a subprocess until the test ends,
+    printing its log when the test failed. A conftest imports it."""
+    procs = WorkerProcesses(tmp_path)
+    yield procs.start
+    rep = getattr(request.node, "rep_call", None)
+    procs.stop(rep is not None and rep.failed)
