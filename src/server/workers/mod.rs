@@ -450,22 +450,7 @@ impl Hub {
         }
         let mut tools = Vec::with_capacity(specs.len());
         for spec in specs {
-            let label: Arc<str> = Arc::from(spec.name.as_str());
-            tools.push(label.clone());
-            let registered = RegisteredTool {
-                label,
-                spec,
-                tool: Arc::new(WorkerTool {
-                    hub: Arc::downgrade(self),
-                }),
-            };
-            match st.tools.iter_mut().find(|t| t.spec.name == registered.spec.name) {
-                Some(known) => *known = registered,
-                None => {
-                    let _ = server.runtime().stats().tool(Some(&registered.label));
-                    st.tools.push(registered);
-                }
-            }
+            tools.push(self.register(&mut st, &server, spec));
         }
         let id = self.next_worker.fetch_add(1, Ordering::Relaxed);
         let lease = u64::try_from(self.config.lease.as_millis()).unwrap_or(u64::MAX);
@@ -494,6 +479,28 @@ impl Hub {
         self.dispatch_worker(&mut st, id);
         self.changed.notify_one();
         Ok(id)
+    }
+
+    /// Registers (or replaces) worker tool `spec` as a tool of the server:
+    /// from a worker's `hello`, or another instance's workers. Returns its
+    /// label.
+    fn register(self: &Arc<Self>, st: &mut HubState, server: &super::Server, spec: ToolSpec) -> Arc<str> {
+        let label: Arc<str> = Arc::from(spec.name.as_str());
+        let registered = RegisteredTool {
+            label: label.clone(),
+            spec,
+            tool: Arc::new(WorkerTool {
+                hub: Arc::downgrade(self),
+            }),
+        };
+        match st.tools.iter_mut().find(|t| t.spec.name == registered.spec.name) {
+            Some(known) => *known = registered,
+            None => {
+                let _ = server.runtime().stats().tool(Some(&label));
+                st.tools.push(registered);
+            }
+        }
+        label
     }
 
     /// A proxy starts: the task waits for a worker serving its tool.
@@ -964,16 +971,7 @@ impl Hub {
                             continue;
                         }
                     };
-                    let label: Arc<str> = Arc::from(spec.name.as_str());
-                    let _ = server.runtime().stats().tool(Some(&label));
-                    st.tools.push(RegisteredTool {
-                        label: label.clone(),
-                        spec,
-                        tool: Arc::new(WorkerTool {
-                            hub: Arc::downgrade(self),
-                        }),
-                    });
-                    label
+                    self.register(st, server, spec)
                 }
             };
             remote.entry(label).or_default().push(instance);
