@@ -740,14 +740,20 @@ fn the_cases_share_one_database_and_leave_none() {
 #[cfg(feature = "postgres")]
 #[test]
 fn failing_cases_leave_the_database_empty_and_none_behind() {
-    use proptest::test_runner::{Config, TestRunner};
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
     let made = std::thread::spawn(|| {
-        let mut runner = TestRunner::new(Config {
-            cases: 4,
-            max_shrink_iters: 4,
-            failure_persistence: None,
-            ..Config::default()
-        });
+        // A fixed seed: with a fresh one, a first case of 0 (the range's
+        // lowest, which cannot shrink) left nothing to rerun, about one run
+        // in a hundred. This seed's first case shrinks, so reruns happen.
+        let mut runner = TestRunner::new_with_rng(
+            Config {
+                cases: 4,
+                max_shrink_iters: 4,
+                failure_persistence: None,
+                ..Config::default()
+            },
+            TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+        );
         let open = Open {
             one_per_commit: true,
             relaxed: true,
