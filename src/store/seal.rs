@@ -2,7 +2,7 @@
 //! from a key file, and the sealing of every stored value that can hold
 //! user data (a task's state, a tree's launch, journal entries, a cluster's
 //! inbox commands and answers, worker news between instances) with
-//! XChaCha20-Poly1305.
+//! XChaCha20-Poly1305 (HChaCha20 from `chacha20`, then ring's ChaCha20-Poly1305).
 //!
 //! A sealed value is text: `sealed:v1:<key id>:<base64 of nonce ‖ ciphertext ‖ tag>`,
 //! with a 192-bit nonce per value (a random per-process prefix and a counter). Its associated data names the
@@ -18,8 +18,7 @@ use std::fmt;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use chacha20poly1305::aead::AeadInOut;
-use chacha20poly1305::{KeyInit, XChaCha20Poly1305, XNonce};
+use ring::aead::{Aad as RingAad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
 
 use super::StoreError;
 
@@ -45,9 +44,27 @@ pub struct Keyring {
     keys: Vec<Key>,
 }
 
+/// One key. XChaCha20-Poly1305 with the nonce `prefix ‖ counter` is
+/// ChaCha20-Poly1305 (RFC 8439) under the subkey HChaCha20(key, prefix)
+/// with the nonce `0⁴ ‖ counter` (draft-irtf-cfrg-xchacha §2.3): HChaCha20
+/// comes from the `chacha20` crate (ring has no XChaCha), the AEAD from
+/// ring, whose assembly seals a task's state about six times faster than
+/// the RustCrypto one (0.3 against 1.9 µs for 116 bytes, measured here).
 struct Key {
     id: String,
-    cipher: XChaCha20Poly1305,
+    /// The key itself, to derive the subkey of another process's prefix.
+    key: chacha20::Key,
+    /// The subkey of this process's prefix ([`nonce_prefix`]), derived
+    /// once: every value this process seals uses it.
+    sealer: LessSafeKey,
+}
+
+impl Key {
+    /// ChaCha20-Poly1305 under the subkey of `prefix`.
+    fn aead(key: &chacha20::Key, prefix: &[u8; 16]) -> LessSafeKey {
+        let subkey = chacha20::hchacha::<chacha20::R20>(key, prefix.into());
+        LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, &subkey).expect("a 32-byte key"))
+    }
 }
 
 impl fmt::Debug for Keyring {
@@ -125,37 +142,74 @@ impl Place {
     }
 
     /// The associated data: a fixed layout, so that no two places share it.
-    fn aad(self) -> Vec<u8> {
+    fn aad(self) -> Aad {
         let name = self.column.name();
-        let mut aad = Vec::with_capacity(16 + name.len() + 1 + 16 + 8);
-        aad.extend_from_slice(b"subtask-seal-v1\0");
-        aad.extend_from_slice(name);
-        aad.push(0);
-        aad.extend_from_slice(&self.id.to_be_bytes());
-        aad.extend_from_slice(&self.n.to_be_bytes());
+        let mut aad = Aad {
+            bytes: [0; AAD_MAX],
+            len: 0,
+        };
+        for part in [
+            b"subtask-seal-v1\0".as_slice(),
+            name,
+            &[0],
+            &self.id.to_be_bytes(),
+            &self.n.to_be_bytes(),
+        ] {
+            aad.bytes[aad.len..aad.len + part.len()].copy_from_slice(part);
+            aad.len += part.len();
+        }
         aad
     }
 }
 
-/// A fresh nonce: 16 random bytes drawn once per process from the
-/// operating system, then a 64-bit counter. Unique within the process
-/// without a system call per value (a `getrandom` per seal cost more than
-/// the cipher on the store's writer thread); two processes collide only
-/// if they draw the same 128-bit prefix.
-fn nonce() -> [u8; NONCE] {
+/// The longest associated data: the tag, the longest column name and its
+/// terminator, the id, the row number.
+const AAD_MAX: usize = 16 + 8 + 1 + 16 + 8;
+
+/// A place's associated data, on the stack (it is built for every value
+/// sealed or opened).
+struct Aad {
+    bytes: [u8; AAD_MAX],
+    len: usize,
+}
+
+impl Aad {
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+/// A value's nonce is this process's prefix ([`nonce_prefix`]) and then
+/// [`next_counter`]: unique within the process without a system call per
+/// value (a `getrandom` per seal cost more than the cipher on the store's
+/// writer thread); two processes collide only if they draw the same
+/// 128-bit prefix.
+///
+/// The prefix: 16 random bytes drawn once per process from the operating
+/// system.
+fn nonce_prefix() -> &'static [u8; 16] {
     use std::sync::OnceLock;
-    use std::sync::atomic::{AtomicU64, Ordering};
     static PREFIX: OnceLock<[u8; 16]> = OnceLock::new();
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let prefix = PREFIX.get_or_init(|| {
+    PREFIX.get_or_init(|| {
         let mut p = [0u8; 16];
         getrandom::fill(&mut p).expect("the operating system's random source failed");
         p
-    });
-    let mut n = [0u8; NONCE];
-    n[..16].copy_from_slice(prefix);
-    n[16..].copy_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_be_bytes());
-    n
+    })
+}
+
+/// The ChaCha20-Poly1305 nonce of the XChaCha nonce `prefix ‖ counter`
+/// under the prefix's subkey: `0⁴ ‖ counter`.
+fn inner_nonce(counter: &[u8; 8]) -> Nonce {
+    let mut nonce = [0u8; 12];
+    nonce[4..].copy_from_slice(counter);
+    Nonce::assume_unique_for_key(nonce)
+}
+
+/// The 64-bit counter part of a fresh nonce (see [`nonce_prefix`]).
+fn next_counter() -> [u8; 8] {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    COUNTER.fetch_add(1, Ordering::Relaxed).to_be_bytes()
 }
 
 fn valid_id(id: &str) -> bool {
@@ -203,10 +257,11 @@ impl Keyring {
                     bytes.len()
                 ))
             })?;
-            let cipher = XChaCha20Poly1305::new(&bytes.into());
+            let key = bytes.into();
             keys.push(Key {
                 id: id.to_owned(),
-                cipher,
+                sealer: Key::aead(&key, nonce_prefix()),
+                key,
             });
         }
         if keys.is_empty() {
@@ -236,15 +291,22 @@ impl Keyring {
     }
 
     fn seal_with(&self, key: &Key, place: Place, plain: &str) -> String {
+        let counter = next_counter();
         let mut buf = Vec::with_capacity(NONCE + plain.len() + TAG);
-        buf.extend_from_slice(&nonce());
+        buf.extend_from_slice(nonce_prefix());
+        buf.extend_from_slice(&counter);
         buf.extend_from_slice(plain.as_bytes());
-        let nonce = XNonce::try_from(&buf[..NONCE]).expect("24 bytes");
+        // The XChaCha nonce `prefix ‖ counter`, through the subkey of this
+        // process's prefix (`Key`).
         let tag = key
-            .cipher
-            .encrypt_inout_detached(&nonce, &place.aad(), (&mut buf[NONCE..]).into())
-            .expect("a value fits XChaCha20-Poly1305");
-        buf.extend_from_slice(&tag);
+            .sealer
+            .seal_in_place_separate_tag(
+                inner_nonce(&counter),
+                RingAad::from(place.aad().as_slice()),
+                &mut buf[NONCE..],
+            )
+            .expect("a value fits ChaCha20-Poly1305");
+        buf.extend_from_slice(tag.as_ref());
         let mut out = String::with_capacity(PREFIX.len() + key.id.len() + 1 + buf.len().div_ceil(3) * 4);
         out.push_str(PREFIX);
         out.push_str(&key.id);
@@ -287,18 +349,31 @@ impl Keyring {
         if buf.len() < NONCE + TAG {
             return Err(StoreError::Corrupt(format!("{}: too short", what())));
         }
-        let nonce = XNonce::try_from(&buf[..NONCE]).expect("24 bytes");
-        let tag_at = buf.len() - TAG;
-        let tag = chacha20poly1305::Tag::try_from(&buf[tag_at..]).expect("16 bytes");
-        key.cipher
-            .decrypt_inout_detached(&nonce, &place.aad(), (&mut buf[NONCE..tag_at]).into(), &tag)
+        let prefix: [u8; 16] = buf[..16].try_into().expect("16 bytes");
+        let counter: [u8; 8] = buf[16..NONCE].try_into().expect("8 bytes");
+        // This process's values open with the subkey it keeps; another
+        // process's need the subkey of their prefix.
+        let other;
+        let aead = if &prefix == nonce_prefix() {
+            &key.sealer
+        } else {
+            other = Key::aead(&key.key, &prefix);
+            &other
+        };
+        let plain_len = aead
+            .open_in_place(
+                inner_nonce(&counter),
+                RingAad::from(place.aad().as_slice()),
+                &mut buf[NONCE..],
+            )
             .map_err(|_| {
                 StoreError::Key(format!(
                     "{} does not open with key {id:?}: a different key with the same id, or a value moved or altered",
                     what()
                 ))
-            })?;
-        buf.truncate(tag_at);
+            })?
+            .len();
+        buf.truncate(NONCE + plain_len);
         buf.drain(..NONCE);
         String::from_utf8(buf).map_err(|_| StoreError::Corrupt(format!("{}: not UTF-8", what())))
     }
@@ -460,6 +535,61 @@ mod tests {
     const K1: &str = "k1 AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
     const K1_OTHER: &str = "k1 HwECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
     const K2: &str = "k2 ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
+
+    /// What ring and the subkey (`Key`) write is exactly what RustCrypto's
+    /// XChaCha20-Poly1305 writes for the same key, nonce and data, and a
+    /// value sealed so by another process (another prefix) opens.
+    #[test]
+    fn the_subkey_shortcut_is_xchacha20_poly1305() {
+        use chacha20poly1305::aead::AeadInOut;
+        use chacha20poly1305::{KeyInit, XChaCha20Poly1305, XNonce};
+        let keys = ring(K1);
+        let place = Place::nth(Column::Journal, 7, 3);
+        let plain = "{\"secret\":\"x\"}".repeat(9);
+        let sealed = keys.seal(place, &plain);
+        let b64 = sealed.strip_prefix("sealed:v1:k1:").unwrap();
+        let raw = STANDARD.decode(b64).unwrap();
+        let (nonce, rest) = raw.split_at(NONCE);
+        assert_eq!(&nonce[..16], nonce_prefix());
+        let key: [u8; 32] = STANDARD
+            .decode("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=")
+            .unwrap()
+            .try_into()
+            .unwrap();
+        let mut buf = plain.clone().into_bytes();
+        let tag = XChaCha20Poly1305::new(&key.into())
+            .encrypt_inout_detached(
+                &XNonce::try_from(nonce).unwrap(),
+                place.aad().as_slice(),
+                buf.as_mut_slice().into(),
+            )
+            .unwrap();
+        buf.extend_from_slice(&tag);
+        assert_eq!(rest, buf.as_slice());
+        assert_eq!(open(Some(&keys), place, &sealed).unwrap(), plain);
+
+        // Sealed by RustCrypto under another prefix, as another process
+        // would: it opens, and not in another place.
+        let other = [9u8; 16]
+            .iter()
+            .chain(&[0, 0, 0, 0, 0, 0, 0, 42])
+            .copied()
+            .collect::<Vec<u8>>();
+        let mut buf = plain.clone().into_bytes();
+        let tag = XChaCha20Poly1305::new(&key.into())
+            .encrypt_inout_detached(
+                &XNonce::try_from(other.as_slice()).unwrap(),
+                place.aad().as_slice(),
+                buf.as_mut_slice().into(),
+            )
+            .unwrap();
+        let mut raw = other;
+        raw.extend_from_slice(&buf);
+        raw.extend_from_slice(&tag);
+        let theirs = format!("sealed:v1:k1:{}", STANDARD.encode(&raw));
+        assert_eq!(open(Some(&keys), place, &theirs).unwrap(), plain);
+        assert!(open(Some(&keys), Place::nth(Column::Journal, 7, 4), &theirs).is_err());
+    }
 
     #[test]
     fn a_value_opens_only_in_its_place_and_with_its_key() {
