@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The browser test of the web view: headless Chromium, driven by Playwright
-# (playwright-core), against a real `subtask serve` with two principals.
+# The browser tests of the web view: headless Chromium, driven by Playwright
+# (playwright-core), against a real `subtask serve` with two principals, then
+# against a cluster of two instances on one PostgreSQL database.
 #
 #   scripts/ui.sh
 #
@@ -10,10 +11,18 @@
 #     into $CACHE/node with the machine's npm (a stamp of the pin files decides
 #     whether to reinstall); tests/ui/node_modules is made a symlink to it so
 #     the ESM test resolves its import.
+#   - a PostgreSQL server: the one SUBTASK_TEST_PG names (scripts/test.sh
+#     starts one before), else a throwaway one from scripts/pg.sh (which
+#     installs Debian's postgresql when needed, or fails).
 # Then builds target/debug/subtask, starts `subtask serve --memory --tokens`
 # on a free loopback port with tokens for `alice` and `bob`, and runs
-# tests/ui/ui.mjs, which prints `ok <check>` / `FAIL <check>: <reason>` lines
-# and saves screenshots to $SHOTS (default target/ui-screenshots): look at them.
+# tests/ui/ui.mjs; then starts two instances, A and B, `subtask serve --db
+# postgres://…` on a new database of that server with the same tokens, and
+# runs tests/ui/cluster.mjs (a tree created on A, opened, followed and
+# paused in the page served by B; the list paged to the oldest tree). Each
+# prints `ok <check>` / `FAIL <check>: <reason>` lines and saves screenshots
+# to $SHOTS (default target/ui-screenshots; cluster-*.png from the second):
+# look at them.
 #
 # Environment:
 #   UI_CACHE    install directory (default $REPO/.cache/ui)
@@ -67,9 +76,18 @@ echo "== cargo build --bin subtask" >&2
 (cd "$REPO" && cargo build --bin subtask >&2) || fail "cargo build --bin subtask failed"
 
 WORK="$(mktemp -d)"
-SERVER_PID=""
+PIDS=()
+DB_NAME=""
+PSQL=""
 cleanup() {
-  if [[ -n "$SERVER_PID" ]]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  if [[ -n "$DB_NAME" && -n "$PSQL" ]]; then
+    "$PSQL" -q "$SUBTASK_TEST_PG" -c "DROP DATABASE IF EXISTS $DB_NAME WITH (FORCE)" >/dev/null 2>&1 || true
+  fi
+  [[ "${OWN_PG:-}" == 1 ]] && pg_stop
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -77,30 +95,73 @@ trap cleanup EXIT
 TOKEN_A="ui-alice-$RANDOM$RANDOM"
 TOKEN_B="ui-bob-$RANDOM$RANDOM"
 printf '%s alice\n%s bob\n' "$TOKEN_A" "$TOKEN_B" >"$WORK/tokens"
-"$SERVER_BIN" serve --memory --listen 127.0.0.1:0 --tokens "$WORK/tokens" >"$WORK/server.log" 2>&1 &
-SERVER_PID=$!
-ADDR=""
-for _ in $(seq 1 300); do
-  ADDR="$(grep -o 'listening on http://[0-9.:]*' "$WORK/server.log" | head -1 | sed 's|listening on http://||' || true)"
-  [[ -n "$ADDR" ]] && break
-  kill -0 "$SERVER_PID" 2>/dev/null || { cat "$WORK/server.log" >&2; fail "the server exited at start"; }
-  sleep 0.1
-done
-[[ -n "$ADDR" ]] || { cat "$WORK/server.log" >&2; fail "the server did not start listening"; }
 
-# ---------------------------------------------------------------- test
+# start_server NAME ARGS...: `subtask serve ARGS` on a free loopback port,
+# logging to $WORK/NAME.log; sets ADDR to its address once it listens.
+start_server() {
+  local name="$1"
+  shift
+  "$SERVER_BIN" serve --listen 127.0.0.1:0 --tokens "$WORK/tokens" "$@" >"$WORK/$name.log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  ADDR=""
+  for _ in $(seq 1 300); do
+    ADDR="$(grep -o 'listening on http://[0-9.:]*' "$WORK/$name.log" | head -1 | sed 's|listening on http://||' || true)"
+    [[ -n "$ADDR" ]] && break
+    kill -0 "$pid" 2>/dev/null || { cat "$WORK/$name.log" >&2; fail "the server $name exited at start"; }
+    sleep 0.1
+  done
+  [[ -n "$ADDR" ]] || { cat "$WORK/$name.log" >&2; fail "the server $name did not start listening"; }
+}
+
+# run_browser NAME SCRIPT LOGS...: runs tests/ui/SCRIPT with the environment
+# set by the caller; on failure prints the servers' logs and fails.
+run_browser() {
+  local name="$1" script="$2"
+  shift 2
+  echo "== tests/ui/$script (screenshots in $SHOTS)" >&2
+  set +e
+  SHOTS="$SHOTS" CHROMIUM="$CHROMIUM" TOKEN_A="$TOKEN_A" TOKEN_B="$TOKEN_B" \
+    timeout "$TIMEOUT_S" node "$DIR/$script"
+  local status=$?
+  set -e
+  if [[ $status -ne 0 ]]; then
+    for log in "$@"; do
+      echo "---- $log (last 40 lines)" >&2
+      tail -40 "$WORK/$log.log" >&2
+    done
+    [[ $status -eq 124 ]] && fail "the $name browser test timed out after ${TIMEOUT_S}s"
+    fail "the $name browser test failed"
+  fi
+}
+
 mkdir -p "$SHOTS"
 rm -f "$SHOTS"/*.png
-echo "== tests/ui/ui.mjs against http://$ADDR (screenshots in $SHOTS)" >&2
-set +e
-SUBTASK_BASE="http://$ADDR" TOKEN_A="$TOKEN_A" TOKEN_B="$TOKEN_B" SHOTS="$SHOTS" CHROMIUM="$CHROMIUM" \
-  timeout "$TIMEOUT_S" node "$DIR/ui.mjs"
-status=$?
-set -e
-if [[ $status -ne 0 ]]; then
-  echo "---- server log (last 40 lines)" >&2
-  tail -40 "$WORK/server.log" >&2
-  [[ $status -eq 124 ]] && fail "the browser test timed out after ${TIMEOUT_S}s"
-  fail "the browser test failed"
+
+# ---------------------------------------------------------------- one instance
+start_server server --memory
+export SUBTASK_BASE="http://$ADDR"
+run_browser "single-instance" ui.mjs server
+echo "ui.sh: the browser test of one instance passed" >&2
+
+# ---------------------------------------------------------------- a cluster
+if [[ -z "${SUBTASK_TEST_PG:-}" ]]; then
+  echo "== no SUBTASK_TEST_PG: starting a throwaway PostgreSQL (scripts/pg.sh)" >&2
+  # shellcheck source=scripts/pg.sh
+  . "$REPO/scripts/pg.sh"
+  OWN_PG=1
+  pg_start || fail "no PostgreSQL server for the cluster test (scripts/pg.sh could not start one)"
 fi
-echo "ui.sh: the browser test passed; screenshots in $SHOTS" >&2
+PSQL="${SUBTASK_TEST_PG_BIN:-}/psql"
+[[ -x "$PSQL" ]] || PSQL="$(command -v psql || true)"
+[[ -n "$PSQL" && -x "$PSQL" ]] || fail "psql is not installed (needed to make the cluster test's database)"
+DB_NAME="subtask_ui_cluster_$$_$RANDOM"
+"$PSQL" -q "$SUBTASK_TEST_PG" -c "CREATE DATABASE $DB_NAME" >/dev/null ||
+  fail "cannot create a database on the PostgreSQL server at $SUBTASK_TEST_PG"
+DB_URL="${SUBTASK_TEST_PG%/*}/$DB_NAME"
+start_server a --db "$DB_URL"
+export BASE_A="http://$ADDR"
+start_server b --db "$DB_URL"
+export BASE_B="http://$ADDR"
+run_browser "cluster" cluster.mjs a b
+echo "ui.sh: the browser tests passed; screenshots in $SHOTS" >&2

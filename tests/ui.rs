@@ -193,6 +193,118 @@ async fn the_list_filters_pages_and_shows_a_principal_only_its_trees() {
     bob.call("tasks/cancel", json!({"taskId": bobs})).await;
 }
 
+/// Every tree of `query`'s list, page by page (`limit` per page) from the
+/// newest to the oldest, and the number of pages read. Every page but the
+/// last is full and says where the next starts; the last says none.
+async fn page_through(base: &str, query: &str, limit: usize) -> (Vec<String>, usize) {
+    let mut seen = Vec::new();
+    let mut before: Option<String> = None;
+    for pages in 1..1000 {
+        let mut path = format!("/ui/api/trees?limit={limit}{query}");
+        if let Some(b) = &before {
+            path.push_str(&format!("&before={b}"));
+        }
+        let (status, page) = get(base, &path, Some(ALICE)).await;
+        assert_eq!(status, 200, "{path}: {page}");
+        let got = roots(&page);
+        assert!(got.len() <= limit, "{path}: {} trees", got.len());
+        seen.extend(got.iter().cloned());
+        match page["next"].as_str() {
+            None => {
+                assert_eq!(page["next"], Value::Null, "{path}");
+                return (seen, pages);
+            }
+            Some(next) => {
+                assert_eq!(got.len(), limit, "{path}: a page before the last is full");
+                before = Some(next.to_owned());
+            }
+        }
+    }
+    panic!("the list of {query} does not end");
+}
+
+#[tokio::test]
+async fn the_list_pages_to_the_oldest_tree_with_and_without_a_filter() {
+    let (addr, base) = start(true).await;
+    let alice = Client::new(addr, full_caps()).with_token(ALICE);
+    let bob = Client::new(addr, full_caps()).with_token(BOB);
+    // 230 trees, more than the largest page (200); every third one stays
+    // live, the others complete. Bob's trees in between are never listed.
+    let mut made = Vec::new();
+    let mut live = Vec::new();
+    let mut bobs = Vec::new();
+    for i in 0..230 {
+        let id = if i % 3 == 0 {
+            let id = alice
+                .start_task(
+                    "fanout",
+                    json!({"width": 1, "depth": 0, "steps": 1000, "stepMs": 100}),
+                )
+                .await;
+            live.push(id.clone());
+            id
+        } else {
+            alice
+                .start_task("fanout", json!({"width": 1, "depth": 0, "steps": 0}))
+                .await
+        };
+        made.push(id);
+        if i % 50 == 0 {
+            bobs.push(
+                bob.start_task("fanout", json!({"width": 1, "depth": 0, "steps": 0}))
+                    .await,
+            );
+        }
+    }
+    for id in &made {
+        if !live.contains(id) {
+            alice.until_status(id, "completed").await;
+        }
+    }
+    let newest_first: Vec<String> = made.iter().rev().cloned().collect();
+    let unique = |seen: &[String]| seen.iter().collect::<std::collections::HashSet<_>>().len();
+
+    // Every tree once, newest first, whatever the page size; the last page
+    // says there is no older tree (also when it is exactly full).
+    for (limit, pages) in [(50, 5), (200, 2), (7, 33), (23, 10), (1, 230)] {
+        let (seen, read) = page_through(&base, "", limit).await;
+        assert_eq!(unique(&seen), seen.len(), "limit {limit}: a tree listed twice");
+        assert_eq!(seen, newest_first, "limit {limit}");
+        assert_eq!(read, pages, "limit {limit}");
+    }
+
+    // With a filter, the filter holds on every page, to the oldest tree.
+    let live_first: Vec<String> = live.iter().rev().cloned().collect();
+    let done_first: Vec<String> = newest_first
+        .iter()
+        .filter(|id| !live.contains(id))
+        .cloned()
+        .collect();
+    for limit in [10, 50, 200] {
+        let (seen, _) = page_through(&base, "&status=live", limit).await;
+        assert_eq!(seen, live_first, "live, limit {limit}");
+        let (seen, _) = page_through(&base, "&status=completed&tool=fanout", limit).await;
+        assert_eq!(unique(&seen), seen.len());
+        assert_eq!(seen, done_first, "completed, limit {limit}");
+    }
+    // A page that starts in the middle goes on from there.
+    let (_, first) = get(&base, "/ui/api/trees?limit=100", Some(ALICE)).await;
+    let next = first["next"].as_str().unwrap();
+    let (_, rest) = get(
+        &base,
+        &format!("/ui/api/trees?limit=200&before={next}"),
+        Some(ALICE),
+    )
+    .await;
+    assert_eq!(roots(&rest), newest_first[100..].to_vec());
+    assert_eq!(rest["next"], Value::Null);
+
+    for id in live.iter().chain(&bobs) {
+        let client = if bobs.contains(id) { &bob } else { &alice };
+        client.call("tasks/cancel", json!({"taskId": id})).await;
+    }
+}
+
 #[tokio::test]
 async fn a_tree_reads_in_pre_order_and_its_live_stream_ends_with_the_tree() {
     let (addr, base) = start(true).await;

@@ -4,7 +4,8 @@
 //! - `GET /ui`: the page (`ui/index.html`, `ui/app.js`, `ui/app.css`).
 //! - `GET /ui/api/me`: who the caller is.
 //! - `GET /ui/api/trees?status=&tool=&q=&before=&limit=`: the caller's
-//!   trees, newest first, each with its tasks counted by status.
+//!   trees, newest first, each with its tasks counted by status; `next`
+//!   (for `before`) until the oldest tree.
 //! - `GET /ui/api/trees/{id}`: every task of the tree holding `id`, as rows
 //!   in pre-order.
 //! - `GET /ui/api/trees/{id}/live`: SSE: a `rows` event with every row,
@@ -20,6 +21,12 @@
 //! trees (another's answer 404, as unknown ones). Commands go through
 //! [`Server::handle`], so they get exactly the MCP endpoint's checks,
 //! durability and errors.
+//!
+//! Reads go through the task-access service ([`Server::tasks`]), as the
+//! MCP endpoint's do: on a cluster every route answers for every tree the
+//! principal may see, whichever instance holds it (the list comes from the
+//! database, a tree held elsewhere from its stored rows and the cluster's
+//! change notifications, commands through the cluster's inbox).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -274,7 +281,7 @@ async fn trees(
     // A cluster instance that rejoined answers from its current runtime.
     let server = &state.server.current();
     let owner = server.owner(&principal);
-    let keep = |t: &TreeSummary| {
+    let keep = move |t: &TreeSummary| {
         let status_ok = match status {
             None => true,
             Some(None) => !t.status.is_terminal(),
@@ -288,9 +295,16 @@ async fn trees(
         });
         status_ok && tool_ok && text_ok
     };
-    let (page, next) = server
-        .runtime()
-        .recent_trees(&owner, before, limit, MAX_SCAN, keep);
+    // On a cluster the list is the database's: every instance lists the
+    // same trees, wherever each is held.
+    let (page, next) = match server
+        .tasks()
+        .tree_page(&principal, before, limit, MAX_SCAN, keep)
+        .await
+    {
+        Ok(page) => page,
+        Err(e) => return unavailable(&e.message),
+    };
     // The server's tools, then those workers registered (the filter's list).
     let worker_tools = server
         .inner
@@ -311,6 +325,8 @@ async fn trees(
             "trees": page.iter().map(summary_json).collect::<Vec<_>>(),
             "next": next.map(|n| n.to_string()),
             "live": owner.live(),
+            // On a cluster `live` counts this instance's tasks only.
+            "cluster": server.tasks().lists_elsewhere(),
             "tools": tools,
             "now": crate::model::Timestamp::now().as_millis(),
         }),
@@ -327,31 +343,35 @@ async fn tree(
     Caller(principal, _): Caller,
 ) -> Response {
     let server = state.server.current();
-    let rt = server.runtime();
-    let Some(cell) = task_id(&id).and_then(|id| rt.owned_tree(id, principal.name())) else {
+    let Some(id) = task_id(&id) else {
         return not_found();
     };
-    let rows = rt.tree_rows(&cell);
-    if rt.durable(rows.ticket).await.is_err() {
-        return error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ErrorCode::INTERNAL_ERROR,
-            "the task store failed; the tree cannot be shown as durable",
-        );
-    }
+    // Held here or by another instance of a cluster, alike.
+    let tree = match server.tasks().tree(id, principal.name()).await {
+        Ok(Some(tree)) => tree,
+        Ok(None) => return not_found(),
+        Err(e) => return unavailable(&e.message),
+    };
     json_answer(
         StatusCode::OK,
         &json!({
-            "root": rows.root.to_string(),
-            "tool": rows.tool.as_deref(),
-            "rows": rows.rows.iter().map(row_json).collect::<Vec<_>>(),
+            "root": tree.root.to_string(),
+            "tool": tree.tool.as_deref(),
+            "rows": tree.rows.iter().map(row_json).collect::<Vec<_>>(),
             "now": crate::model::Timestamp::now().as_millis(),
         }),
     )
 }
 
-/// What a live view last sent of one task.
-type Sent = HashMap<TaskId, TaskRow>;
+/// 503 with `message`: the tree or the list cannot be shown now (the
+/// store failed, or a cluster's database cannot be read).
+fn unavailable(message: &str) -> Response {
+    error_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::INTERNAL_ERROR,
+        message,
+    )
+}
 
 async fn live(
     State(state): State<AppState>,
@@ -359,68 +379,40 @@ async fn live(
     Caller(principal, _): Caller,
 ) -> Response {
     let server = state.server.current();
-    let Some(cell) = task_id(&id).and_then(|id| server.runtime().owned_tree(id, principal.name())) else {
+    let Some(id) = task_id(&id) else {
         return not_found();
+    };
+    // Held here or by another instance of a cluster, alike.
+    let changes = match server
+        .tasks()
+        .watch_tree(id, principal.name(), LIVE_INTERVAL)
+        .await
+    {
+        Ok(Some(changes)) => changes,
+        Ok(None) => return not_found(),
+        Err(e) => return unavailable(&e.message),
     };
     let shutdown = state.shutdown.clone();
     let keep_alive = server.config().keep_alive;
-    // One step per loop: the rows that changed since the last one, and
-    // `end` once every task is terminal.
-    let events = stream::unfold((Sent::new(), false), move |(mut sent, ended)| {
-        let cell = cell.clone();
-        let server = server.clone();
-        async move {
-            if ended {
-                return None;
-            }
-            let first = sent.is_empty();
-            loop {
-                let notified = cell.changed.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                let rt = server.runtime();
-                let rows = rt.tree_rows(&cell);
-                // Shown only once durable; a failed store ends the stream.
-                rt.durable(rows.ticket).await.ok()?;
-                let done = rows.rows.iter().all(|r| r.status.is_terminal());
-                let changed: Vec<Value> = rows
-                    .rows
-                    .into_iter()
-                    .filter_map(|r| {
-                        if sent.get(&r.id) == Some(&r) {
-                            return None;
-                        }
-                        let v = row_json(&r);
-                        sent.insert(r.id, r);
-                        Some(v)
-                    })
-                    .collect();
-                if first || !changed.is_empty() {
-                    let body = json!({
-                        "rows": changed,
-                        "full": first,
-                        "now": crate::model::Timestamp::now().as_millis(),
-                    });
-                    let mut events = vec![Event::default().event("rows").data(body.to_string())];
-                    if done {
-                        events.push(end_event());
-                    }
-                    return Some((events, (sent, done)));
-                }
-                if done {
-                    return Some((vec![end_event()], (sent, true)));
-                }
-                notified.await;
-                tokio::time::sleep(LIVE_INTERVAL).await;
-            }
+    // A `rows` event per change (every row first), `end` once every task
+    // is terminal.
+    let events = changes.flat_map(|change| {
+        let mut events = Vec::with_capacity(2);
+        if change.full || !change.rows.is_empty() {
+            let body = json!({
+                "rows": change.rows.iter().map(row_json).collect::<Vec<_>>(),
+                "full": change.full,
+                "now": crate::model::Timestamp::now().as_millis(),
+            });
+            events.push(Event::default().event("rows").data(body.to_string()));
         }
+        if change.done {
+            events.push(end_event());
+        }
+        stream::iter(events)
     });
     // Counted with the MCP endpoint's streams (`subtask_http_open_streams`).
-    let events = state
-        .server
-        .inner
-        .http_stats
-        .track_stream(events.flat_map(stream::iter).boxed());
+    let events = state.server.inner.http_stats.track_stream(events.boxed());
     sse(events, keep_alive, shutdown)
 }
 

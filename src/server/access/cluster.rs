@@ -11,8 +11,12 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use serde_json::Value;
 
+#[cfg(feature = "ui")]
+use super::TreeOfRows;
 use super::{Elsewhere, Page};
 use crate::model::{ClientView, DetailedTask, ErrorCode, ErrorObject, TaskId};
+#[cfg(feature = "ui")]
+use crate::runtime::view::TreeSummary;
 use crate::server::cluster::{Node, fenced_error};
 use crate::server::reply::{invalid, store_error};
 use crate::server::request::{InboxCommand, TaskCommand};
@@ -70,6 +74,40 @@ impl Elsewhere for Arc<Node> {
                 .map_err(store_error)?;
             Ok((tasks, next.map(encode_cursor)))
         }))
+    }
+
+    #[cfg(feature = "ui")]
+    fn roots<'a>(
+        &'a self,
+        principal: &'a str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Option<BoxFuture<'a, Result<Vec<TreeSummary>, ErrorObject>>> {
+        Some(Box::pin(async move {
+            Node::roots(self, principal, before, limit)
+                .await
+                .map_err(store_error)
+        }))
+    }
+
+    #[cfg(feature = "ui")]
+    fn tree_rows<'a>(
+        &'a self,
+        ids: Vec<TaskId>,
+        principal: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<TreeOfRows>, ErrorObject>> {
+        Box::pin(async move {
+            let trees = Node::tree_rows(self, ids, principal).await.map_err(store_error)?;
+            Ok(trees
+                .into_iter()
+                .map(|(root, tool, rows)| TreeOfRows { root, tool, rows })
+                .collect())
+        })
+    }
+
+    #[cfg(feature = "ui")]
+    fn tree_changes(&self, root: TaskId) -> BoxStream<'static, ()> {
+        Node::tree_changes(self, root)
     }
 
     fn fenced(&self) -> Option<BoxFuture<'static, ()>> {

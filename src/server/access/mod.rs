@@ -20,6 +20,8 @@
 
 #[cfg(feature = "postgres")]
 mod cluster;
+#[cfg(feature = "ui")]
+mod view;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -38,7 +40,11 @@ use super::request::TaskCommand;
 use crate::model::{
     AckResult, ClientView, DetailedTask, ErrorObject, GetTaskResult, TaskId, TaskMethod, TaskStatus,
 };
+#[cfg(feature = "ui")]
+use crate::runtime::view::TreeSummary;
 use crate::runtime::{Applied, Command, ListPosition, Runtime};
+#[cfg(feature = "ui")]
+pub(crate) use view::TreeOfRows;
 
 /// A page of `tasks/list`: the tasks, and the cursor of the next page.
 pub(crate) type Page = (Vec<DetailedTask>, Option<String>);
@@ -80,6 +86,34 @@ pub(crate) trait Elsewhere: Send + Sync {
         limit: usize,
         view: ClientView,
     ) -> Option<BoxFuture<'a, Result<Page, ErrorObject>>>;
+
+    /// The web view's list: up to `limit` of `principal`'s trees, newest
+    /// first, before list position `before`, from where every instance
+    /// sees the same list, with `tasks` and `counts` not filled in; `None`
+    /// when this implementation lists nothing itself (every tree is held
+    /// here). See `view.rs`.
+    #[cfg(feature = "ui")]
+    fn roots<'a>(
+        &'a self,
+        principal: &'a str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Option<BoxFuture<'a, Result<Vec<TreeSummary>, ErrorObject>>>;
+
+    /// The web view's rows of the trees holding the tasks `ids` that
+    /// `principal` owns (each its root, tool and rows in pre-order),
+    /// durable; unknown and foreign trees are left out alike.
+    #[cfg(feature = "ui")]
+    fn tree_rows<'a>(
+        &'a self,
+        ids: Vec<TaskId>,
+        principal: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<TreeOfRows>, ErrorObject>>;
+
+    /// A tick each time tree `root` may have changed, subscribed when
+    /// called; empty when nothing here follows trees held elsewhere.
+    #[cfg(feature = "ui")]
+    fn tree_changes(&self, root: TaskId) -> BoxStream<'static, ()>;
 
     /// A future that resolves once this instance is fenced: its trees may
     /// be held elsewhere now, and what follows them here must end; `None`
@@ -126,6 +160,30 @@ impl Elsewhere for Nowhere {
         _: ClientView,
     ) -> Option<BoxFuture<'a, Result<Page, ErrorObject>>> {
         None
+    }
+
+    #[cfg(feature = "ui")]
+    fn roots<'a>(
+        &'a self,
+        _: &'a str,
+        _: Option<u64>,
+        _: usize,
+    ) -> Option<BoxFuture<'a, Result<Vec<TreeSummary>, ErrorObject>>> {
+        None
+    }
+
+    #[cfg(feature = "ui")]
+    fn tree_rows<'a>(
+        &'a self,
+        _: Vec<TaskId>,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<TreeOfRows>, ErrorObject>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    #[cfg(feature = "ui")]
+    fn tree_changes(&self, _: TaskId) -> BoxStream<'static, ()> {
+        futures::stream::empty().boxed()
     }
 
     fn fenced(&self) -> Option<BoxFuture<'static, ()>> {

@@ -2,7 +2,11 @@
 //! stream of a task's snapshots ([`Node::watch`]) and a 2025-11-25
 //! `tasks/list` page ([`Node::list`]), all built from the stored rows
 //! (`crate::store::postgres::remote`) with the code the holder uses
-//! ([`TaskRecord::detailed`](crate::core::TaskRecord::detailed)).
+//! ([`TaskRecord::detailed`](crate::core::TaskRecord::detailed)); and, for
+//! the web view (feature `ui`), a principal's trees newest first
+//! ([`Node::roots`]), whole trees as rows ([`Node::tree_rows`]) and the
+//! changes of a tree ([`Node::tree_changes`]), from the same rows and
+//! notifications.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,10 +16,17 @@ use futures::stream::BoxStream;
 use tokio::sync::broadcast;
 
 use super::Node;
-use crate::core::decode_state;
+use crate::core::{TaskRecord, decode_state};
 use crate::model::{ClientView, DetailedTask, TaskId};
+#[cfg(feature = "ui")]
+use crate::runtime::view::{TaskRow, TreeSummary};
 use crate::store::StoreError;
 use crate::store::postgres::remote::{self, RemoteTask};
+
+/// A tree read from its stored rows: its root, its tool and its tasks as
+/// the web view's rows, in pre-order.
+#[cfg(feature = "ui")]
+pub(crate) type TreeRead = (TaskId, Option<Arc<str>>, Vec<TaskRow>);
 
 impl Node {
     /// `tasks/get` of a task this instance does not hold: the stored row
@@ -125,6 +136,81 @@ impl Node {
         Ok((out, next))
     }
 
+    /// Up to `limit` of `principal`'s trees, newest first, created before
+    /// the list position `before` (a root row's stored sequence number;
+    /// all when `None`): each root as a summary whose `tasks` and `counts`
+    /// are not filled in (zero; see [`Node::tree_rows`]), its tool the
+    /// stored launch's name.
+    #[cfg(feature = "ui")]
+    pub(crate) async fn roots(
+        self: &Arc<Self>,
+        principal: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<TreeSummary>, StoreError> {
+        let principal = principal.to_owned();
+        let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+        let roots = self
+            .blocking(move |c| remote::list_roots(c, &principal, before, limit))
+            .await?;
+        roots
+            .into_iter()
+            .map(|r| {
+                let rec = record(&r.task)?;
+                Ok(TreeSummary {
+                    position: u64::try_from(r.seq).unwrap_or(0),
+                    root: r.task.id,
+                    tool: tool_of(r.launch.as_deref()),
+                    status: rec.status(),
+                    message: rec.status_message(),
+                    created_at: rec.created_at(),
+                    last_updated_at: rec.last_updated_at(),
+                    tasks: 0,
+                    counts: Default::default(),
+                })
+            })
+            .collect()
+    }
+
+    /// Every task of each tree in `roots` as stored, as the web view's rows
+    /// in pre-order (as [`Runtime::tree_rows`](crate::runtime::Runtime)
+    /// gives them for a tree held here), with its tool; only the trees
+    /// `principal` owns (another's and unknown ones are left out alike).
+    /// `roots` may name any task of a tree: its tree is read.
+    #[cfg(feature = "ui")]
+    pub(crate) async fn tree_rows(
+        self: &Arc<Self>,
+        roots: Vec<TaskId>,
+        principal: &str,
+    ) -> Result<Vec<TreeRead>, StoreError> {
+        let tasks = self.blocking(move |c| remote::read_trees(c, &roots)).await?;
+        trees_of(tasks, principal)
+    }
+
+    /// A tick each time a commit touches tree `root` (or, after a
+    /// reconnect, anything may have changed), and every 2 s without one;
+    /// subscribed now, so a change after this call and before the next
+    /// read is not missed. Ends when this incarnation stops.
+    #[cfg(feature = "ui")]
+    pub(crate) fn tree_changes(self: &Arc<Self>, root: TaskId) -> BoxStream<'static, ()> {
+        let rx = self.changed.subscribe();
+        futures::stream::unfold(rx, move |mut rx| async move {
+            let tick = tokio::time::sleep(Duration::from_secs(2));
+            tokio::pin!(tick);
+            loop {
+                tokio::select! {
+                    () = &mut tick => return Some(((), rx)),
+                    m = rx.recv() => match m {
+                        Ok(Some(roots)) if !roots.contains(&root) => continue,
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                        _ => return Some(((), rx)),
+                    }
+                }
+            }
+        })
+        .boxed()
+    }
+
     /// The root of task `id`'s tree, `None` when it is not stored or cannot
     /// be read now.
     async fn root_of(self: &Arc<Self>, id: TaskId) -> Option<TaskId> {
@@ -135,10 +221,78 @@ impl Node {
     }
 }
 
+/// A stored task's record, as the holder decodes it.
+fn record(row: &RemoteTask) -> Result<TaskRecord, StoreError> {
+    let id = row.id;
+    decode_state(id, row.root, row.parent, row.position, &row.state)
+        .map_err(|e| StoreError::Corrupt(format!("task {id}: {e}")))
+}
+
+/// A tree's tool: the `name` of its stored launch (what a restart labels
+/// it with).
+#[cfg(feature = "ui")]
+fn tool_of(launch: Option<&str>) -> Option<Arc<str>> {
+    let launch: serde_json::Value = serde_json::from_str(launch?).ok()?;
+    launch.get("name")?.as_str().map(Arc::from)
+}
+
+/// The trees of `tasks` (every stored row of each, with each root's
+/// launch) that `principal` owns, each as rows in pre-order: a task, then
+/// each child's subtree in position order.
+#[cfg(feature = "ui")]
+fn trees_of(tasks: Vec<(RemoteTask, Option<String>)>, principal: &str) -> Result<Vec<TreeRead>, StoreError> {
+    use std::collections::HashMap;
+    let mut records = HashMap::with_capacity(tasks.len());
+    let mut children: HashMap<TaskId, Vec<(u32, TaskId)>> = HashMap::new();
+    let mut roots = Vec::new();
+    for (row, launch) in tasks {
+        let rec = record(&row)?;
+        match row.parent {
+            Some(p) => children.entry(p).or_default().push((row.position, row.id)),
+            None if row.owner.as_deref() == Some(principal) => {
+                roots.push((row.id, tool_of(launch.as_deref())))
+            }
+            None => {}
+        }
+        records.insert(row.id, rec);
+    }
+    for kids in children.values_mut() {
+        kids.sort_unstable();
+    }
+    let no_kids = Vec::new();
+    let mut out = Vec::with_capacity(roots.len());
+    for (root, tool) in roots {
+        let mut rows = Vec::new();
+        let mut stack = vec![root];
+        while let Some(id) = stack.pop() {
+            let Some(rec) = records.get(&id) else { continue };
+            let kids = children.get(&id).unwrap_or(&no_kids);
+            let ended = kids
+                .iter()
+                .filter(|(_, k)| records.get(k).is_some_and(|r| r.status().is_terminal()))
+                .count();
+            rows.push(TaskRow {
+                id,
+                parent: rec.parent(),
+                position: rec.position(),
+                status: rec.status(),
+                message: rec.status_message(),
+                created_at: rec.created_at(),
+                last_updated_at: rec.last_updated_at(),
+                children: u32::try_from(kids.len()).unwrap_or(u32::MAX),
+                children_ended: u32::try_from(ended).unwrap_or(u32::MAX),
+                inputs: u32::try_from(rec.outstanding_inputs().len()).unwrap_or(u32::MAX),
+            });
+            // Children pushed last-first, so the first child is visited next.
+            stack.extend(kids.iter().rev().map(|(_, k)| *k));
+        }
+        out.push((root, tool, rows));
+    }
+    Ok(out)
+}
+
 /// A stored task as `view` sees it, with the code the holder uses.
 fn detailed(row: RemoteTask, view: ClientView) -> Result<DetailedTask, StoreError> {
-    let id = row.id;
-    let rec = decode_state(id, row.root, row.parent, row.position, &row.state)
-        .map_err(|e| StoreError::Corrupt(format!("task {id}: {e}")))?;
+    let rec = record(&row)?;
     Ok(rec.detailed(row.children, view))
 }

@@ -16,7 +16,11 @@ const app = {
   token: sessionStorage.getItem('subtask.token') || '',
   me: null,
   listTimer: null,
-  listShown: 50,
+  // The list's pages: the `before` of each page from the newest (null) to
+  // the one shown (the last); "Older trees" pushes the shown page's
+  // `next`, "Newer trees" pops.
+  pages: [null],
+  next: null,
   tree: null,
 };
 
@@ -119,27 +123,41 @@ async function boot() {
 
 // ---------------------------------------------------------------- tree list
 
+const PAGE = 50;
+
 function listQuery(before) {
   const p = new URLSearchParams();
   p.set('status', $('f-status').value);
   if ($('f-tool').value) p.set('tool', $('f-tool').value);
   if ($('f-text').value.trim()) p.set('q', $('f-text').value.trim());
-  p.set('limit', String(Math.min(200, app.listShown)));
+  p.set('limit', String(PAGE));
   if (before) p.set('before', before);
   return '/ui/api/trees?' + p.toString();
 }
 
+// Back to the newest page (the filters changed).
+function firstPage() {
+  app.pages = [null];
+  app.next = null;
+  refreshList();
+}
+
 let listBusy = false;
+let listAgain = false;
 async function refreshList() {
-  if (listBusy || $('app').hidden) return;
+  if ($('app').hidden) return;
+  if (listBusy) { listAgain = true; return; }
   listBusy = true;
   try {
-    const r = await api(listQuery());
-    if (r.ok) drawList(r.data);
+    // A page is where its `before` says: newer trees do not push it on.
+    const pages = app.pages;
+    const r = await api(listQuery(pages[pages.length - 1]));
+    if (r.ok && pages === app.pages) drawList(r.data);
   } catch (_) {
     // shown by api()
   } finally {
     listBusy = false;
+    if (listAgain) { listAgain = false; refreshList(); }
   }
 }
 
@@ -149,7 +167,14 @@ function drawList(data) {
     for (const t of data.tools) tools.appendChild(new Option(t, t));
   }
   const skew = data.now - Date.now();
-  $('list-head').textContent = data.trees.length + ' trees shown · ' + data.live + ' live tasks';
+  const page = app.pages.length;
+  let head = data.trees.length + ' trees shown';
+  if (page > 1) head += ' · page ' + page;
+  if (!data.next && page > 1) head += ' · to the oldest';
+  else if (data.trees.length < PAGE) head += ' · more to look through';
+  $('list-head').textContent = head + ' · ' + data.live + ' live tasks' + (data.cluster ? ' on this instance' : '');
+  $('list-head').dataset.page = String(page);
+  $('list-head').dataset.end = data.next ? 'false' : 'true';
   const ul = $('trees');
   const frag = document.createDocumentFragment();
   const selected = app.tree && app.tree.root;
@@ -174,7 +199,10 @@ function drawList(data) {
     frag.appendChild(li);
   }
   ul.replaceChildren(frag);
-  $('more').hidden = !data.next || data.trees.length < app.listShown || app.listShown >= 200;
+  app.next = data.next || null;
+  $('more').hidden = !app.next;
+  $('newer').hidden = page === 1;
+  $('pager').hidden = $('more').hidden && $('newer').hidden;
 }
 
 // ---------------------------------------------------------------- tree view
@@ -509,13 +537,26 @@ function wire() {
     sessionStorage.removeItem('subtask.token');
     showLogin('');
   });
-  for (const id of ['f-status', 'f-tool']) $(id).addEventListener('change', () => { app.listShown = 50; refreshList(); });
+  for (const id of ['f-status', 'f-tool']) $(id).addEventListener('change', firstPage);
   let typing = 0;
   $('f-text').addEventListener('input', () => {
     clearTimeout(typing);
-    typing = setTimeout(() => { app.listShown = 50; refreshList(); }, 250);
+    typing = setTimeout(firstPage, 250);
   });
-  $('more').addEventListener('click', () => { app.listShown = Math.min(200, app.listShown + 50); refreshList(); });
+  $('more').addEventListener('click', () => {
+    if (!app.next) return;
+    app.pages = app.pages.concat([app.next]);
+    app.next = null;
+    refreshList();
+    $('trees').scrollTop = 0;
+  });
+  $('newer').addEventListener('click', () => {
+    if (app.pages.length < 2) return;
+    app.pages = app.pages.slice(0, -1);
+    app.next = null;
+    refreshList();
+    $('trees').scrollTop = 0;
+  });
   $('rows').addEventListener('scroll', () => { if (app.tree) drawRows(app.tree); }, { passive: true });
   window.addEventListener('resize', () => { if (app.tree) drawRows(app.tree); });
   window.addEventListener('hashchange', route);

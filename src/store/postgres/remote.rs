@@ -113,3 +113,94 @@ pub(crate) fn root_of(client: &mut Client, id: TaskId) -> Result<Option<TaskId>,
         .query_opt("SELECT root FROM subtask_tasks WHERE id = $1", &[&uuid(id)])
         .map(|r| r.map(|r| task_id(r.get(0))))
 }
+
+/// A tree's root row as the web view lists it (`/ui`, feature `ui`): its
+/// stored sequence number (the list position), the row, and its launch
+/// opened (the stored tool call, whose `name` is the tree's tool).
+#[cfg(feature = "ui")]
+#[derive(Debug)]
+pub(crate) struct ListedRoot {
+    /// The root row's sequence number: newer trees have larger ones.
+    pub(crate) seq: i64,
+    /// The root's row (its `children` are not read: empty).
+    pub(crate) task: RemoteTask,
+    /// The stored launch, opened (`None` when the tree has none).
+    pub(crate) launch: Option<String>,
+}
+
+/// Up to `limit` of `principal`'s trees, newest first, created before the
+/// sequence number `before` (one range of the `(owner, seq)` index of root
+/// rows).
+#[cfg(feature = "ui")]
+pub(crate) fn list_roots(
+    conn: &mut Conn,
+    principal: &str,
+    before: i64,
+    limit: usize,
+) -> Result<Vec<ListedRoot>, postgres::Error> {
+    let keys = conn.keys.clone();
+    let st = conn.statement(
+        "SELECT seq, id, root, parent, position, state, owner, '{}'::uuid[], launch
+         FROM subtask_tasks
+         WHERE parent IS NULL AND owner = $1 AND seq < $2
+         ORDER BY seq DESC LIMIT $3",
+    )?;
+    let rows = conn.query(&st, &[&principal, &before, &(limit as i64)])?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let id = task_id(row.get(1));
+            let launch: Option<String> = row.get(8);
+            ListedRoot {
+                seq: row.get(0),
+                task: RemoteTask::of_row(row, id, 2, keys.as_deref()),
+                launch: launch.map(|l| {
+                    open_logged(
+                        keys.as_deref(),
+                        Place::new(Column::Launch, id.as_u128()),
+                        l,
+                        false,
+                    )
+                }),
+            }
+        })
+        .collect())
+}
+
+/// Every task of the trees holding the tasks `ids` as stored, in creation
+/// order (their `children` are not read: the caller has every row of each
+/// tree), with each root's opened launch (primary-key lookups of `ids`,
+/// then one range of the `root` index per tree).
+#[cfg(feature = "ui")]
+pub(crate) fn read_trees(
+    conn: &mut Conn,
+    ids: &[TaskId],
+) -> Result<Vec<(RemoteTask, Option<String>)>, postgres::Error> {
+    let keys = conn.keys.clone();
+    let ids: Vec<uuid::Uuid> = ids.iter().map(|r| uuid(*r)).collect();
+    let st = conn.statement(
+        "SELECT id, root, parent, position, state, owner, '{}'::uuid[], launch
+         FROM subtask_tasks
+         WHERE root IN (SELECT root FROM subtask_tasks WHERE id = ANY($1))
+         ORDER BY seq",
+    )?;
+    let rows = conn.query(&st, &[&ids])?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let id = task_id(row.get(0));
+            let launch: Option<String> = row.get(7);
+            (
+                RemoteTask::of_row(row, id, 1, keys.as_deref()),
+                launch.map(|l| {
+                    open_logged(
+                        keys.as_deref(),
+                        Place::new(Column::Launch, id.as_u128()),
+                        l,
+                        false,
+                    )
+                }),
+            )
+        })
+        .collect())
+}
