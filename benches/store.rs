@@ -27,6 +27,11 @@
 //! sealed at rest, against the same in clear, alternating rounds
 //! (`SUBTASK_BENCH_ONLY=encrypted` runs only these).
 //!
+//! `retained_terminal_bytes`, `get_terminal_1m_p99_us` and `restart_1m_ms`:
+//! finished trees kept by the real binary on a SQLite file, 1,000,000
+//! tasks (`support/terminal.rs`; `SUBTASK_BENCH_ONLY=terminal` runs only
+//! these).
+//!
 //! Prints one line per figure; context lines start with `#`. Run with
 //! `cargo bench --bench store`.
 
@@ -56,6 +61,14 @@ mod http;
 #[cfg(feature = "postgres")]
 #[path = "../tests/support/pg.rs"]
 mod pg;
+/// `subtask serve` as a child process.
+#[cfg(feature = "cli")]
+#[path = "support/serve.rs"]
+mod serve;
+/// `retained_terminal_bytes`, `restart_1m_ms`, `get_terminal_1m_p99_us`.
+#[cfg(feature = "cli")]
+#[path = "support/terminal.rs"]
+mod terminal;
 #[cfg(feature = "postgres")]
 #[path = "../tests/support/pg_server.rs"]
 mod pg_server;
@@ -214,6 +227,14 @@ fn run_on(store: Arc<dyn TaskStore>, per_creator: usize) -> Run {
     out
 }
 
+/// The finished-tree figures (`support/terminal.rs`), with the real binary.
+fn terminal_figures() {
+    #[cfg(feature = "cli")]
+    terminal::figures(&fresh_db("terminal.db"), &bench_dir());
+    #[cfg(not(feature = "cli"))]
+    println!("# retained_terminal_bytes, get_terminal_1m_p99_us, restart_1m_ms: not run (they need the `cli` feature's binary)");
+}
+
 fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     let i = ((v.len() as f64 - 1.0) * p).round() as usize;
@@ -244,6 +265,10 @@ fn main() {
         // Profiling aid: one grouped run alone, no warm-up, and the process
         // exits before its teardown (see `run_on`).
         let _ = run("grouped.db", usize::MAX, 3_000 * scale);
+        return;
+    }
+    if std::env::var("SUBTASK_BENCH_ONLY").is_ok_and(|v| v == "terminal") {
+        terminal_figures();
         return;
     }
     if std::env::var("SUBTASK_BENCH_ONLY").is_ok_and(|v| v == "encrypted") {
@@ -297,6 +322,7 @@ fn main() {
     );
     encryption_figures(scale);
     durable_figures(scale);
+    terminal_figures();
     #[cfg(feature = "postgres")]
     postgres_figures(scale);
 }
@@ -773,14 +799,12 @@ mod nonowner {
 /// which only the instance that took the tree over writes).
 #[cfg(feature = "cli")]
 mod takeover {
-    use std::net::SocketAddr;
-    use std::path::{Path, PathBuf};
-    use std::process::{Child, Command, Stdio};
     use std::time::{Duration, Instant};
 
     use serde_json::{Value, json};
 
-    use super::{Pg, bench_dir, http, median};
+    use super::serve::Serve;
+    use super::{Pg, bench_dir, median};
 
     const ROUNDS: usize = 3;
     const POLL: Duration = Duration::from_millis(5);
@@ -794,114 +818,6 @@ mod takeover {
     /// `ROUNDS` equal slices of B's scan period.
     fn offset(i: usize) -> Duration {
         SCAN * (2 * i as u32 + 1) / (2 * ROUNDS as u32)
-    }
-
-    /// A `subtask serve` child process, SIGKILLed and reaped when dropped
-    /// (also when the bench panics).
-    struct Serve {
-        child: Child,
-        addr: SocketAddr,
-        log: PathBuf,
-        rt: tokio::runtime::Runtime,
-    }
-
-    impl Drop for Serve {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-
-    impl Serve {
-        /// Starts `subtask serve --db <db> --listen 127.0.0.1:0 --instance-id <id>`
-        /// with its log in `log`, and waits until it listens.
-        fn start(db: &str, instance: uuid::Uuid, log: &Path) -> Serve {
-            let out = std::fs::File::create(log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
-            let err = out.try_clone().expect("clone the log file");
-            let child = Command::new(env!("CARGO_BIN_EXE_subtask"))
-                .args(["serve", "--db", db, "--listen", "127.0.0.1:0", "--instance-id"])
-                .arg(instance.to_string())
-                .env("RUST_LOG", "info")
-                .env("NO_COLOR", "1")
-                .stdin(Stdio::null())
-                .stdout(out)
-                .stderr(err)
-                .spawn()
-                .expect("start the subtask binary");
-            let mut serve = Serve {
-                child,
-                addr: "127.0.0.1:0".parse().expect("an address"),
-                log: log.to_owned(),
-                rt: tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("a runtime for the HTTP client"),
-            };
-            let deadline = Instant::now() + Duration::from_secs(30);
-            loop {
-                let text = std::fs::read_to_string(log).unwrap_or_default();
-                if let Some(addr) = text
-                    .split_once("listening on http://")
-                    .and_then(|(_, rest)| rest.split_once("/mcp"))
-                    .and_then(|(addr, _)| addr.parse().ok())
-                {
-                    serve.addr = addr;
-                    return serve;
-                }
-                if let Ok(Some(status)) = serve.child.try_wait() {
-                    panic!("subtask serve exited ({status}) before listening:\n{text}");
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "subtask serve did not listen within 30 s:\n{text}"
-                );
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-
-        /// One request over a fresh connection (the tests' HTTP client,
-        /// on a runtime of this instance's); the `result`, or why not.
-        fn call(&self, method: &str, name: &str, params: Value) -> Result<Value, String> {
-            let body = super::request_body(1, method, params);
-            let headers = [
-                ("Content-Type", "application/json".to_owned()),
-                ("Accept", "application/json, text/event-stream".to_owned()),
-                ("MCP-Protocol-Version", "2026-07-28".to_owned()),
-                ("Mcp-Method", method.to_owned()),
-                ("Mcp-Name", name.to_owned()),
-            ];
-            let answer = self.rt.block_on(tokio::time::timeout(
-                Duration::from_secs(15),
-                http::fetch(self.addr, "POST", "/mcp", &headers, &body),
-            ));
-            let r = answer.map_err(|_| "no answer within 15 s".to_owned())??;
-            let (head, body) = (r.headers, r.body);
-            let mut v: Value =
-                serde_json::from_str(&body).map_err(|e| format!("{e}: {head:?}\r\n\r\n{body}"))?;
-            match v.get_mut("result") {
-                Some(r) => Ok(r.take()),
-                None => Err(body),
-            }
-        }
-
-        /// Polls `tasks/get` of `task` until `pred` holds (20 s at most).
-        fn until(&self, task: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                let got = self.call("tasks/get", task, json!({"taskId": task}));
-                if let Ok(t) = &got
-                    && pred(t)
-                {
-                    return t.clone();
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "{what}: task {task} is {got:?} after 20 s (log {})",
-                    self.log.display()
-                );
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
     }
 
     fn children(t: &Value) -> Vec<String> {
@@ -951,13 +867,20 @@ mod takeover {
             .unwrap_or_else(|e| panic!("create database bench_pg_takeover_{i}: {e}"));
         let (a_id, b_id) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
         let dir = bench_dir();
-        let b = Serve::start(&db, b_id, &dir.join(format!("takeover-{i}-b.log")));
+        let (a_arg, b_arg) = (a_id.to_string(), b_id.to_string());
+        let b = Serve::start(
+            &["--db", &db, "--instance-id", &b_arg],
+            &dir.join(format!("takeover-{i}-b.log")),
+        );
         // A's lease expires about its start plus the lease (it is killed
         // before its first renewal after that); B looks for expired leases
         // every SCAN from its own start. Starting A `offset` after B puts
         // the expiry at a different point of B's scan period in each round.
         std::thread::sleep(offset(i));
-        let mut a = Serve::start(&db, a_id, &dir.join(format!("takeover-{i}-a.log")));
+        let mut a = Serve::start(
+            &["--db", &db, "--instance-id", &a_arg],
+            &dir.join(format!("takeover-{i}-a.log")),
+        );
         let r = a
             .call(
                 "tools/call",
