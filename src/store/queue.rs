@@ -97,7 +97,9 @@ impl<C: 'static> WriteQueue<C> {
     }
 
     /// Waits `d` (the writer, before writing a batch again that did not
-    /// fit); `false`, at once, when the store is closing.
+    /// fit); `false`, at once, when the store is closing. Only SQLite's
+    /// writer waits so.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn pause_unless_closing(&self, d: std::time::Duration) -> bool {
         let until = std::time::Instant::now() + d;
         let mut q = self.queue.lock();
