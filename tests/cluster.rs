@@ -695,7 +695,17 @@ async fn the_readme_walkthrough_of_two_instances_works_as_pasted() {
         .expect("a task")
         .to_owned();
     assert_eq!(answers[1]["result"]["taskId"], id.as_str(), "{stdout}");
-    assert_eq!(child_ids(&answers[1]["result"]).len(), 2, "{stdout}");
+    // The second instance answers from the rows the first made durable:
+    // the root's children appear there once the root's handler spawned
+    // them and their rows were committed, which on a loaded machine may
+    // come after the script's `tasks/get`. It must show both soon after.
+    let seen = child_ids(&answers[1]["result"]).len();
+    assert!(seen <= 2, "{stdout}");
+    if seen < 2 {
+        let second: std::net::SocketAddr = "127.0.0.1:8751".parse().unwrap();
+        let kids = Client::new(second, full_caps()).until_children(&id, 2).await;
+        assert_eq!(kids.len(), 2, "the second instance's children of {id}: {kids:?}");
+    }
     assert!(answers[2].get("result").is_some(), "the steer: {stdout}");
 }
 
