@@ -14,13 +14,78 @@
 //! `SUBTASK_BENCH_ONLY=cancel` runs only the `cancel_subtree_100k` figure
 //! (for quick before/after comparisons of the cancel path);
 //! `SUBTASK_BENCH_ONLY=get` only `get_1m_live` and `get_flatness`;
-//! `SUBTASK_BENCH_ONLY=memory` only `bytes_per_task`.
+//! `SUBTASK_BENCH_ONLY=memory` only the memory figures (`bytes_per_task`,
+//! `bytes_per_parked_task`, `bytes_per_input_wait`);
+//! `SUBTASK_BENCH_ONLY=parked` only `bytes_per_parked_task` and
+//! `bytes_per_input_wait` (heap bytes counted by the bench's global
+//! allocator, in child processes too).
 
 /// The `subtask` binary's allocator (see `src/main.rs`), so the figures are
 /// the server's; `--no-default-features` measures with the system allocator.
+/// Wrapped to count heap bytes in the memory children only (one relaxed
+/// load per allocation elsewhere).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: Counting<mimalloc::MiMalloc> = Counting(mimalloc::MiMalloc);
+#[cfg(not(feature = "mimalloc"))]
+#[global_allocator]
+static GLOBAL: Counting<std::alloc::System> = Counting(std::alloc::System);
+
+/// A global allocator that counts the bytes in use (requested sizes) while
+/// [`COUNTING`] is set: the memory children set it before anything else.
+struct Counting<A>(A);
+
+static COUNTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static HEAP: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
+
+fn count(delta: isize) {
+    if COUNTING.load(Ordering::Relaxed) {
+        HEAP.fetch_add(delta, Ordering::Relaxed);
+    }
+}
+
+/// Heap bytes in use since counting started (a memory child only).
+fn heap_bytes() -> isize {
+    assert!(COUNTING.load(Ordering::Relaxed), "counted in a memory child only");
+    HEAP.load(Ordering::SeqCst)
+}
+
+// SAFETY: every call is forwarded to the wrapped allocator unchanged; the
+// wrapper only counts sizes.
+unsafe impl<A: std::alloc::GlobalAlloc> std::alloc::GlobalAlloc for Counting<A> {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, forwarded.
+        let p = unsafe { self.0.alloc(layout) };
+        if !p.is_null() {
+            count(layout.size() as isize);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, forwarded.
+        let p = unsafe { self.0.alloc_zeroed(layout) };
+        if !p.is_null() {
+            count(layout.size() as isize);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        count(-(layout.size() as isize));
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { self.0.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's contract, forwarded.
+        let p = unsafe { self.0.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            count(new_size as isize - layout.size() as isize);
+        }
+        p
+    }
+}
 
 #[path = "../tests/support/until.rs"]
 mod until;
@@ -673,12 +738,327 @@ fn memory(kind: &str, n: usize) -> (f64, usize) {
     (bytes, tasks)
 }
 
+// ----- bytes_per_parked_task / bytes_per_input_wait (child process) ----------
+
+/// Parked tasks per measurement on the subtask side.
+const PARKED_N: usize = 100_000;
+/// Parked tasks per measurement on rmcp's side: each `TaskManager::spawn`
+/// sweeps every task the manager holds, so 100,000 would take minutes; the
+/// figure is per task either way.
+const PARKED_N_RMCP: usize = 20_000;
+
+/// Handlers that reached their wait, per child process (a static, so the
+/// handlers capture nothing the bench adds).
+static REACHED: AtomicUsize = AtomicUsize::new(0);
+
+/// The input request both sides ask for: a small `elicitation/create` form,
+/// built per task by its handler (as a handler builds its own).
+fn input_request_json() -> serde_json::Value {
+    serde_json::json!({
+        "method": "elicitation/create",
+        "params": {
+            "mode": "form",
+            "message": "Approve the plan?",
+            "requestedSchema": {
+                "type": "object",
+                "properties": {"approve": {"type": "boolean"}},
+                "required": ["approve"]
+            }
+        }
+    })
+}
+
+/// Runs in a child process: heap bytes (counted by [`GLOBAL`]) per task of
+/// `n` parked root tasks. `what` is `side-wait`: side `subtask` or `rmcp`;
+/// wait `external` (the handler awaits an outside future, a oneshot
+/// receiver standing for a model call, through `ctx.external` on subtask's
+/// side), `cancelled` (`ctx.cancelled()`) or `input` (`request_input`).
+/// The receivers are made before the baseline: the outside future's own
+/// allocation (the channel) is the outside world's, not the runtime's;
+/// what the handler holds of it (the receiver) is in its future.
+fn parked_child(what: &str, n: usize) {
+    let (side, wait) = what.split_once('-').expect("side-wait");
+    let (side, wait) = (side.to_owned(), wait.to_owned());
+    let (bytes, rss) = run(async move {
+        // Warm up with the same workload, released and removed before the
+        // baseline: every structure the runtime grows once is grown.
+        let warm = 1_000.min(n);
+        match side.as_str() {
+            "subtask" => {
+                let rt = Runtime::new(RuntimeConfig {
+                    max_running: if wait == "cancelled" {
+                        n + 1024
+                    } else {
+                        RuntimeConfig::default().max_running
+                    },
+                    ..RuntimeConfig::default()
+                });
+                let (_, rt) = parked_subtask(rt, &wait, warm, false).await;
+                let (out, _rt) = parked_subtask(rt, &wait, n, true).await;
+                out
+            }
+            "rmcp" => {
+                let tm = TaskManager::new();
+                let (_, tm) = parked_rmcp(tm, &wait, warm, false).await;
+                let (out, tm) = parked_rmcp(tm, &wait, n, true).await;
+                tm.shutdown();
+                out
+            }
+            other => panic!("unknown side {other}"),
+        }
+    });
+    println!("mem: {bytes} {rss}");
+}
+
+/// Heap and RSS growth per task while `n` subtask roots wait as `wait`
+/// says; the tasks are then released and (`measure` false: the warm-up)
+/// their trees deleted.
+async fn parked_subtask(rt: Runtime, wait: &str, n: usize, measure: bool) -> ((f64, f64), Runtime) {
+    REACHED.store(0, Ordering::SeqCst);
+    let mut senders = Vec::with_capacity(n);
+    let mut receivers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        senders.push(tx);
+        receivers.push(rx);
+    }
+    let mut ids = Vec::with_capacity(n);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (heap0, rss0) = (heap_bytes(), rss_bytes());
+    for rx in receivers.drain(..) {
+        let id = match wait {
+            "external" => rt.spawn(root_opts(), move |ctx| async move {
+                REACHED.fetch_add(1, Ordering::Relaxed);
+                let _ = ctx.external(rx).await;
+                Ok(subtask_result())
+            }),
+            "cancelled" => {
+                drop(rx);
+                rt.spawn(root_opts(), move |ctx| async move {
+                    REACHED.fetch_add(1, Ordering::Relaxed);
+                    ctx.cancelled().await;
+                    Err(TaskError::Interrupted.into())
+                })
+            }
+            "input" => {
+                drop(rx);
+                rt.spawn(root_opts(), move |ctx| async move {
+                    REACHED.fetch_add(1, Ordering::Relaxed);
+                    let request = JsonObject::from_value(input_request_json()).expect("an object");
+                    let answer = ctx.request_input("approve", request).await?;
+                    Ok(answer)
+                })
+            }
+            other => panic!("unknown wait {other}"),
+        };
+        ids.push(id);
+    }
+    // A handler in `ctx.cancelled()` keeps its scheduler slot (as in
+    // `get_1m_live`); the other waits give it back.
+    let holding = if wait == "cancelled" { n } else { 0 };
+    until("handlers to reach their wait", || {
+        REACHED.load(Ordering::Relaxed) == n && rt.running_handlers() == holding
+    })
+    .await;
+    let expect = if wait == "input" {
+        TaskStatus::InputRequired
+    } else {
+        TaskStatus::Working
+    };
+    until("tasks to show their wait", || {
+        ids.iter()
+            .all(|&id| rt.get(id, V).expect("known task").status() == expect)
+    })
+    .await;
+    // Let the workers go idle (their queues drained) before measuring.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let per_task = (
+        (heap_bytes() - heap0) as f64 / n as f64,
+        rss_bytes().saturating_sub(rss0) as f64 / n as f64,
+    );
+    if !measure {
+        match wait {
+            "external" => senders.drain(..).for_each(|tx| {
+                let _ = tx.send(());
+            }),
+            _ => {
+                for &id in &ids {
+                    let _ = rt.cancel(id).expect("cancel a parked task");
+                }
+            }
+        }
+        for &id in &ids {
+            let done = rt.wait(id, V).await.expect("terminal");
+            assert!(done.status().is_terminal());
+            rt.delete_tree(id).expect("delete warm-up");
+        }
+    }
+    black_box((&senders, &ids));
+    (per_task, rt)
+}
+
+/// rmcp's side of [`parked_subtask`]; its `TaskManager` has no delete, so
+/// the warm-up's tasks are cancelled and stay until the measurement ends
+/// (their memory is in the baseline).
+async fn parked_rmcp(tm: TaskManager, wait: &str, n: usize, measure: bool) -> ((f64, f64), TaskManager) {
+    REACHED.store(0, Ordering::SeqCst);
+    let mut senders = Vec::with_capacity(n);
+    let mut receivers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        senders.push(tx);
+        receivers.push(rx);
+    }
+    let mut ids = Vec::with_capacity(n);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (heap0, rss0) = (heap_bytes(), rss_bytes());
+    for rx in receivers.drain(..) {
+        let task = match wait {
+            "external" => tm.spawn(rmcp_opts(), move |_ctx| {
+                Box::pin(async move {
+                    REACHED.fetch_add(1, Ordering::Relaxed);
+                    let _ = rx.await;
+                    Ok(rmcp_result())
+                })
+            }),
+            "cancelled" => {
+                drop(rx);
+                tm.spawn(rmcp_opts(), move |ctx| {
+                    Box::pin(async move {
+                        REACHED.fetch_add(1, Ordering::Relaxed);
+                        ctx.cancelled().await;
+                        Err(TaskExit::Cancelled)
+                    })
+                })
+            }
+            "input" => {
+                drop(rx);
+                tm.spawn(rmcp_opts(), move |ctx| {
+                    Box::pin(async move {
+                        REACHED.fetch_add(1, Ordering::Relaxed);
+                        let request: rmcp::model::InputRequest =
+                            serde_json::from_value(input_request_json()).expect("an input request");
+                        let _answer = ctx.request_input("approve", request).await?;
+                        Ok(rmcp_result())
+                    })
+                })
+            }
+            other => panic!("unknown wait {other}"),
+        };
+        ids.push(task.task_id);
+    }
+    until("rmcp handlers to reach their wait", || {
+        REACHED.load(Ordering::Relaxed) == n
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let expect = if wait == "input" {
+        rmcp::model::TaskStatus::InputRequired
+    } else {
+        rmcp::model::TaskStatus::Working
+    };
+    // One `get_task` (it sweeps every task) checks all of them.
+    let sample = tm.get_task(&ids[n - 1]).expect("known task");
+    assert_eq!(sample.status(), expect);
+    let per_task = (
+        (heap_bytes() - heap0) as f64 / n as f64,
+        rss_bytes().saturating_sub(rss0) as f64 / n as f64,
+    );
+    if !measure {
+        for id in &ids {
+            let _ = tm.cancel_task(id);
+        }
+        drop(senders.drain(..));
+        until("rmcp warm-up to end", || {
+            tm.get_task(&ids[n - 1]).is_ok_and(|t| t.status().is_terminal())
+        })
+        .await;
+    }
+    black_box((&senders, &ids));
+    (per_task, tm)
+}
+
+fn parked(what: &str, n: usize) -> (f64, f64) {
+    let out = std::process::Command::new(std::env::current_exe().expect("current exe"))
+        .env(CHILD_ENV, format!("parked-{what}:{n}"))
+        .output()
+        .expect("run the memory child");
+    assert!(
+        out.status.success(),
+        "memory child failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("mem: "))
+        .expect("memory child output");
+    let mut parts = line.split_whitespace();
+    let heap = parts.next().and_then(|v| v.parse().ok()).expect("heap bytes");
+    let rss = parts.next().and_then(|v| v.parse().ok()).expect("rss bytes");
+    (heap, rss)
+}
+
+/// `bytes_per_parked_task` and `bytes_per_input_wait`, each side in a fresh
+/// child process.
+fn parked_figures() {
+    let ext = parked("subtask-external", PARKED_N);
+    let ext_rmcp = parked("rmcp-external", PARKED_N_RMCP);
+    let can = parked("subtask-cancelled", PARKED_N);
+    let can_rmcp = parked("rmcp-cancelled", PARKED_N_RMCP);
+    let inp = parked("subtask-input", PARKED_N);
+    let inp_rmcp = parked("rmcp-input", PARKED_N_RMCP);
+    println!(
+        "# bytes_per_parked_task: heap bytes (requested sizes, counted by the bench's global allocator) per root \
+         task whose handler awaits an outside future (a oneshot receiver made before the baseline, standing for a \
+         model call; subtask: inside ctx.external, its slot given back), with its handler's future, context and \
+         everything the runtime holds for it; {PARKED_N} on subtask, {PARKED_N_RMCP} on rmcp's TaskManager (each \
+         of its spawns sweeps all tasks), ttl {TTL_MS} ms, fresh child process each, after a warm-up"
+    );
+    println!(
+        "# bytes_per_parked_task, RSS growth per task: subtask={:.0} rmcp={:.0}",
+        ext.1, ext_rmcp.1
+    );
+    println!(
+        "# bytes_per_parked_task, handler parked on ctx.cancelled() instead: subtask={:.0} rmcp={:.0} (RSS {:.0} \
+         and {:.0})",
+        can.0, can_rmcp.0, can.1, can_rmcp.1
+    );
+    println!(
+        "bytes_per_parked_task: subtask={:.0} rmcp={:.0} ratio={:.2}",
+        ext.0,
+        ext_rmcp.0,
+        ext.0 / ext_rmcp.0
+    );
+    println!(
+        "# bytes_per_input_wait: the same, the handler in request_input (an elicitation/create form request, built \
+         by the handler, {} bytes as JSON) on both sides; RSS growth per task subtask={:.0} rmcp={:.0}",
+        input_request_json().to_string().len(),
+        inp.1,
+        inp_rmcp.1
+    );
+    println!(
+        "bytes_per_input_wait: subtask={:.0} rmcp={:.0} ratio={:.2}",
+        inp.0,
+        inp_rmcp.0,
+        inp.0 / inp_rmcp.0
+    );
+}
+
 // ----- main ------------------------------------------------------------------
 
 fn main() {
     if let Ok(spec) = std::env::var(CHILD_ENV) {
         let (kind, n) = spec.split_once(':').expect("kind:n");
-        memory_child(kind, n.parse().expect("n"));
+        let n = n.parse().expect("n");
+        match kind.strip_prefix("parked-") {
+            Some(what) => {
+                // Before anything of the measurement allocates.
+                COUNTING.store(true, Ordering::SeqCst);
+                parked_child(what, n);
+            }
+            None => memory_child(kind, n),
+        }
         return;
     }
     let started = Instant::now();
@@ -692,6 +1072,11 @@ fn main() {
         let (tree, _) = memory("tree", 200_000);
         println!("# bytes_per_task inside one tree: {tree:.0}");
         println!("bytes_per_task: subtask={single:.0}");
+        parked_figures();
+        return;
+    }
+    if std::env::var(ONLY_ENV).as_deref() == Ok("parked") {
+        parked_figures();
         return;
     }
     if std::env::var(ONLY_ENV).as_deref() == Ok("get") {
@@ -771,6 +1156,9 @@ fn main() {
         "# bytes_per_task inside one tree (1 root, 200 children, 999 grandchildren each; {tree_n} tasks): {tree:.0}"
     );
     println!("bytes_per_task: subtask={single:.0}");
+
+    // bytes_per_parked_task, bytes_per_input_wait
+    parked_figures();
 
     // ordered_results_10k
     let runs: Vec<OrderedResult> = (0..5).map(|i| ordered_results(10_000, 0xabcd + i)).collect();

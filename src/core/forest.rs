@@ -374,6 +374,11 @@ impl Forest {
 
     fn arm(&mut self, at: Timestamp, timer: Timer) {
         let earliest = self.next_deadline();
+        if self.timers.capacity() == 0 {
+            // A live one-task tree arms one timer (its expiry): one
+            // entry's worth, not the four a first push reserves.
+            self.timers.reserve_exact(1);
+        }
         self.timers.push(Reverse((at, timer)));
         if earliest.is_none_or(|e| at < e) {
             self.effects.push_back(Effect::ArmTimer { at });

@@ -39,6 +39,9 @@ pub(crate) struct TaskCell {
     /// parent of its subtasks' spans, and where its final status is
     /// recorded as it turns terminal.
     pub(crate) span: std::sync::OnceLock<tracing::Span>,
+    /// The task's parent (`None` for a root): kept here, once per task,
+    /// rather than in every copy of its handler's context.
+    pub(crate) parent: Option<crate::model::TaskId>,
     /// When the handler started (ms on the runtime's clock, as the start
     /// command read it), for the handler run time metric: taken from the
     /// clock readings the start and exit commands make anyway, so timing
@@ -47,8 +50,9 @@ pub(crate) struct TaskCell {
 }
 
 impl TaskCell {
-    /// A cell for a live task; `ending` when it already winds down.
-    pub(crate) fn new(ending: bool) -> Arc<TaskCell> {
+    /// A cell for a live task (`parent`: its parent, `None` for a root);
+    /// `ending` when it already winds down.
+    pub(crate) fn new(ending: bool, parent: Option<crate::model::TaskId>) -> Arc<TaskCell> {
         Arc::new(TaskCell {
             notify: Notify::new(),
             ending: AtomicBool::new(ending),
@@ -56,6 +60,7 @@ impl TaskCell {
             grace: AtomicWaker::new(),
             slot: Mutex::new(SlotState::Unslotted),
             span: std::sync::OnceLock::new(),
+            parent,
             started_ms: AtomicU64::new(0),
         })
     }

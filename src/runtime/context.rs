@@ -143,7 +143,6 @@ pub(crate) struct Started {
     pub(crate) id: TaskId,
     pub(crate) slot: Slot,
     pub(crate) cell: Arc<TaskCell>,
-    pub(crate) parent: Option<TaskId>,
     pub(crate) deps: Vec<DependencyOutcome>,
     pub(crate) rerun: bool,
     /// Its journal cursor, in a durable tree.
@@ -161,11 +160,13 @@ pub struct TaskContext {
     pub(super) id: TaskId,
     /// The task's place in its forest (O(1) access without hashing).
     slot: Slot,
-    parent: Option<TaskId>,
-    /// The task's cell: its cancel flag, wake-ups and scheduler slot.
-    cell: Arc<TaskCell>,
-    deps: Option<Arc<[DependencyOutcome]>>,
     rerun: bool,
+    /// The task's cell: its cancel flag, wake-ups, scheduler slot and
+    /// parent.
+    cell: Arc<TaskCell>,
+    /// A thin pointer (a context is copied into every handler's future
+    /// and its supervisor's: each byte here counts twice per task).
+    deps: Option<Arc<Vec<DependencyOutcome>>>,
     /// Where the handler is in its journal (a durable tree only).
     pub(super) journal: Option<JournalCursor>,
 }
@@ -174,7 +175,7 @@ impl std::fmt::Debug for TaskContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TaskContext")
             .field("task_id", &self.id)
-            .field("parent", &self.parent)
+            .field("parent", &self.cell.parent)
             .finish()
     }
 }
@@ -186,10 +187,9 @@ impl TaskContext {
             tree,
             id: start.id,
             slot: start.slot,
-            parent: start.parent,
             cell: start.cell,
             // No allocation for the common case of no dependencies.
-            deps: (!start.deps.is_empty()).then(|| start.deps.into()),
+            deps: (!start.deps.is_empty()).then(|| Arc::new(start.deps)),
             rerun: start.rerun,
             journal: start.journal,
         }
@@ -208,7 +208,7 @@ impl TaskContext {
 
     /// The parent task, `None` for a root.
     pub fn parent_task_id(&self) -> Option<TaskId> {
-        self.parent
+        self.cell.parent
     }
 
     /// The root of this task's tree.
@@ -218,7 +218,7 @@ impl TaskContext {
 
     /// Outcomes of the dependencies named in [`SubtaskOptions::after`], in that order.
     pub fn dependencies(&self) -> &[DependencyOutcome] {
-        self.deps.as_deref().unwrap_or(&[])
+        self.deps.as_deref().map_or(&[], Vec::as_slice)
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut TreeState, crate::model::Timestamp, &mut Post) -> R) -> R {
@@ -790,7 +790,6 @@ impl TaskContext {
             }
             let gated = Gated::new(body(ctx.clone()), &ctx);
             let run = AssertUnwindSafe(gated).catch_unwind();
-            let grace = ctx.inner.config.cancel_grace;
             let outcome = tokio::select! {
                 // The handler first: one that returns as soon as it sees its
                 // cancel never arms the grace timer.
@@ -813,7 +812,10 @@ impl TaskContext {
                 },
                 // The timer is boxed: it exists only for a handler that
                 // ignores its cancel, and every task stays smaller without it.
-                () = async { ctx.cell.ended().await; Box::pin(tokio::time::sleep(grace)).await } => {
+                // The grace is read when it starts: nothing is kept for it
+                // in the supervisor's state meanwhile.
+                () = async { ctx.cell.ended().await; Box::pin(tokio::time::sleep(ctx.inner.config.cancel_grace)).await } => {
+                    let grace = ctx.inner.config.cancel_grace;
                     tracing::warn!(grace_ms = grace.as_millis() as u64, "handler ignored cancel; aborted");
                     HandlerOutcome::Aborted
                 }

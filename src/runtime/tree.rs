@@ -107,6 +107,11 @@ impl RtTable {
     pub(crate) fn entry(&mut self, slot: Slot) -> &mut TaskRt {
         let i = slot.index();
         if i >= self.slots.len() {
+            if self.slots.capacity() == 0 {
+                // Most trees have one live task (a root): its entry's
+                // worth, not the four a first push reserves.
+                self.slots.reserve_exact(i + 1);
+            }
             self.slots.resize_with(i + 1, || None);
         }
         let entry = &mut self.slots[i];
@@ -168,11 +173,12 @@ impl TreeState {
     pub(crate) fn notify_at(&mut self, slot: Slot) -> Option<Arc<TaskCell>> {
         let rec = self.forest.task_at(slot).filter(|r| !r.is_terminal())?;
         let ending = rec.is_winding_down();
+        let parent = rec.parent();
         Some(
             self.rt
                 .entry(slot)
                 .cell
-                .get_or_insert_with(|| TaskCell::new(ending))
+                .get_or_insert_with(|| TaskCell::new(ending, parent))
                 .clone(),
         )
     }

@@ -368,7 +368,6 @@ impl Inner {
                         .map(|outcome| DependencyOutcome { id: *d, outcome })
                 })
                 .collect();
-            let parent = st.forest.task_at(slot).and_then(TaskRecord::parent);
             // The handler's cell exists from its start: its cancel flag is
             // then always current, and it starts holding its slot.
             let cell = st.notify_at(slot).expect("a started task is live");
@@ -384,9 +383,9 @@ impl Inner {
                 };
                 Arc::new(Mutex::new(cursor))
             });
-            Some((job.body, span, deps, parent, slot, cell, journal))
+            Some((job.body, span, deps, slot, cell, journal))
         });
-        let Some((body, span, deps, parent, slot, cell, journal)) = started else {
+        let Some((body, span, deps, slot, cell, journal)) = started else {
             return false;
         };
         if journal.is_some() {
@@ -396,7 +395,6 @@ impl Inner {
             id,
             slot,
             cell,
-            parent,
             deps,
             rerun,
             journal,
