@@ -61,14 +61,6 @@ mod http;
 #[cfg(feature = "postgres")]
 #[path = "../tests/support/pg.rs"]
 mod pg;
-/// `subtask serve` as a child process.
-#[cfg(feature = "cli")]
-#[path = "support/serve.rs"]
-mod serve;
-/// `retained_terminal_bytes`, `restart_1m_ms`, `get_terminal_1m_p99_us`.
-#[cfg(feature = "cli")]
-#[path = "support/terminal.rs"]
-mod terminal;
 #[cfg(feature = "postgres")]
 #[path = "../tests/support/pg_server.rs"]
 mod pg_server;
@@ -77,6 +69,14 @@ mod pg_server;
 #[cfg(all(feature = "postgres", feature = "demo"))]
 #[path = "../tests/support/seed.rs"]
 mod seed;
+/// `subtask serve` as a child process.
+#[cfg(feature = "cli")]
+#[path = "support/serve.rs"]
+mod serve;
+/// `retained_terminal_bytes`, `restart_1m_ms`, `get_terminal_1m_p99_us`.
+#[cfg(feature = "cli")]
+#[path = "support/terminal.rs"]
+mod terminal;
 
 fn bench_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-store");
@@ -232,7 +232,9 @@ fn terminal_figures() {
     #[cfg(feature = "cli")]
     terminal::figures(&fresh_db("terminal.db"), &bench_dir());
     #[cfg(not(feature = "cli"))]
-    println!("# retained_terminal_bytes, get_terminal_1m_p99_us, restart_1m_ms: not run (they need the `cli` feature's binary)");
+    println!(
+        "# retained_terminal_bytes, get_terminal_1m_p99_us, restart_1m_ms: not run (they need the `cli` feature's binary)"
+    );
 }
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {

@@ -110,8 +110,14 @@ fn get_latencies(addr: SocketAddr, ids: &[String]) -> Vec<f64> {
                 let mut lat = Vec::with_capacity(part.len());
                 for id in part {
                     let body = request_body(1, "tasks/get", json!({"taskId": id}));
-                    let req = http::build_request(addr, "POST", "/mcp", &headers("tasks/get", &id), Bytes::from(body))
-                        .expect("a request");
+                    let req = http::build_request(
+                        addr,
+                        "POST",
+                        "/mcp",
+                        &headers("tasks/get", &id),
+                        Bytes::from(body),
+                    )
+                    .expect("a request");
                     let t0 = Instant::now();
                     let a = c.send(req).await.expect("an answer");
                     lat.push(t0.elapsed().as_secs_f64() * 1e6);
@@ -168,7 +174,10 @@ pub(crate) fn figures(db: &Path, dir: &Path) {
         made + TREE,
         percentile(&mut lat, 0.5)
     );
-    println!("get_terminal_1m_p99_us: subtask={:.0}", percentile(&mut lat, 0.99));
+    println!(
+        "get_terminal_1m_p99_us: subtask={:.0}",
+        percentile(&mut lat, 0.99)
+    );
     drop(s);
     let probe = &ids[0];
     let start = Instant::now();
