@@ -25,6 +25,9 @@ pub(crate) struct Conn {
     pub(crate) requests: u64,
     /// An `Authorization` header value sent with every request (`jwt.rs`).
     pub(crate) auth: Option<String>,
+    /// The `Mcp-Session-Id` header of the last answer, if it had one
+    /// (`turul.rs`).
+    pub(crate) session_header: Option<String>,
 }
 
 /// Every this many task answers a connection also reads in full with
@@ -52,6 +55,7 @@ impl Conn {
             next_id: 1,
             requests: 0,
             auth: None,
+            session_header: None,
         }
     }
 
@@ -136,6 +140,20 @@ impl Conn {
     /// `Content-Length` or chunks (`httparse::parse_chunk_size`); only the
     /// buffer handling is this file's.
     pub(crate) async fn read_answer(&mut self) -> u16 {
+        let (status, sse) = self.read_answer_framed().await;
+        assert!(
+            !sse,
+            "the server answered with an SSE stream, not one JSON message"
+        );
+        status
+    }
+
+    /// [`Conn::read_answer`] that also takes an SSE stream (its whole body,
+    /// up to its end, lands in `self.body`); returns the status and whether
+    /// the answer was one.
+    pub(crate) async fn read_answer_framed(&mut self) -> (u16, bool) {
+        let mut sse = false;
+        self.session_header = None;
         let (head_end, status, framing) = loop {
             let mut headers = [httparse::EMPTY_HEADER; 32];
             let mut answer = httparse::Response::new(&mut headers);
@@ -152,13 +170,15 @@ impl Conn {
                                 framing = Some(Framing::Chunked);
                             }
                         } else if h.name.eq_ignore_ascii_case("content-type") {
-                            assert!(
-                                !h.value.starts_with(b"text/event-stream"),
-                                "the server answered with an SSE stream, not one JSON message"
-                            );
+                            sse = h.value.starts_with(b"text/event-stream");
+                        } else if h.name.eq_ignore_ascii_case("mcp-session-id") {
+                            self.session_header = Some(String::from_utf8_lossy(h.value).into_owned());
                         }
                     }
-                    let framing = framing.expect("an answer without Content-Length that is not chunked");
+                    // A 202 or 204 may come without either: no body.
+                    let framing = framing
+                        .or_else(|| matches!(status, 202 | 204).then_some(Framing::Length(0)))
+                        .expect("an answer without Content-Length that is not chunked");
                     break (end, status, framing);
                 }
                 httparse::Status::Partial => self.fill().await,
@@ -194,7 +214,7 @@ impl Conn {
                 self.buf.drain(..at);
             }
         }
-        status
+        (status, sse)
     }
 
     pub(crate) async fn fill(&mut self) {

@@ -279,6 +279,7 @@ pub(crate) fn scale_100k(lg: &tokio::runtime::Runtime, store: &Store, suffix: &s
     let name = match store {
         Store::Memory => "subtask",
         Store::Sqlite(_) => "subtask (SQLite)",
+        Store::Postgres(_) => "subtask (PostgreSQL)",
     };
     let mut sub = Side::new(lg, name, start_subtask(store), 100_000);
     sub.get_live(lg, warm_up(), LOOPS, false);

@@ -29,7 +29,9 @@
 //! context lines starting with `#`. Run with `cargo bench --bench http`.
 //! `SUBTASK_HTTP_ONLY` runs a part: `1k`, `30k`, `100k`, `sqlite`, or
 //! `overhead` (the 1k figures of subtask and the axum floor, without the
-//! peer), `workers` (a worker tool through a worker speaking the worker
+//! peer), `turul` (subtask on SQLite and PostgreSQL against turul-mcp with
+//! durable task storage, the peer built from `benches/peers/turul`,
+//! `turul.rs`), `workers` (a worker tool through a worker speaking the worker
 //! protocol against the same tool in process, `worker.rs`), `jwt` (an
 //! OAuth access token's cost per `tasks/get`, `jwt.rs`);
 //! `SUBTASK_HTTP_WINDOW_MS` sets the measurement window (3000).
@@ -54,11 +56,12 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde::Deserialize;
 use subtask::runtime::{Runtime, RuntimeConfig, TaskError};
+use subtask::server::ClusterConfig;
 use subtask::server::{
     Server, ServerConfig, ServerLimits, TaskSupport, ToolCall, ToolOutcome, ToolSpec, WorkerConfig,
     text_result,
 };
-use subtask::store::{SqliteConfig, SqliteStore};
+use subtask::store::{Membership, PostgresConfig, PostgresStore, SqliteConfig, SqliteStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -69,6 +72,13 @@ mod seed;
 /// A fresh directory under the system's temp dir for the SQLite rounds.
 #[path = "../../tests/support/tempdir.rs"]
 mod tempdir;
+
+/// The test run's PostgreSQL server (`SUBTASK_TEST_PG`), for `turul.rs`.
+#[path = "../../tests/support/pg.rs"]
+mod pg;
+/// A PostgreSQL server started here when there is none, for `turul.rs`.
+#[path = "../../tests/support/pg_server.rs"]
+mod pg_server;
 
 use seed::Rng;
 
@@ -107,6 +117,7 @@ mod figures;
 mod jwt;
 mod measure;
 mod servers;
+mod turul;
 mod worker;
 mod workloads;
 
@@ -182,6 +193,9 @@ fn main() {
              live tasks take minutes to create through it (30,000 already take the time printed above)"
         );
         scale_100k(&lg, &Store::Memory, "");
+    }
+    if runs("turul") {
+        turul::turul_rounds(&lg);
     }
     if runs("sqlite") {
         println!("# SQLite: full durability (group commit, fsync), a fresh file in a temp dir per scale");

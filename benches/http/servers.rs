@@ -75,7 +75,13 @@ pub(crate) fn host_router(
 pub(crate) enum Store {
     Memory,
     Sqlite(std::path::PathBuf),
+    /// A PostgreSQL database's URL: the store opened as `subtask serve
+    /// --db postgres://…` opens it (a cluster member of one instance).
+    Postgres(String),
 }
+
+/// The lease of the PostgreSQL rounds' instance: `subtask serve`'s default.
+const PG_LEASE: Duration = Duration::from_secs(5);
 
 /// subtask's server as `subtask serve` runs it (`subtask::server::http::serve`)
 /// with two tools: `quick` (a task that completes at once) and `park` (a
@@ -90,15 +96,47 @@ pub(crate) fn start_subtask_with(store: &Store, oauth: Option<subtask::server::O
     let rt = server_runtime(SUBTASK_THREADS);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let mut threads = vec![SUBTASK_THREADS];
+    // Opened outside the server's runtime: the PostgreSQL store's
+    // synchronous client runs a runtime of its own.
+    let mut member = None;
+    let opened: Option<Arc<dyn subtask::store::TaskStore>> = match store {
+        Store::Memory => None,
+        Store::Sqlite(path) => Some(Arc::new(
+            SqliteStore::open(SqliteConfig::new(path)).expect("open the SQLite store"),
+        )),
+        Store::Postgres(url) => {
+            let config = PostgresConfig {
+                member: Some(Membership {
+                    instance: uuid::Uuid::new_v4(),
+                    lease: PG_LEASE,
+                }),
+                ..PostgresConfig::new(url.clone())
+            };
+            let cluster = ClusterConfig {
+                store: config.clone(),
+                ..ClusterConfig::new(url.clone(), PG_LEASE)
+            };
+            let store = PostgresStore::open(config).expect("open the PostgreSQL store");
+            member = Some((
+                store
+                    .registration()
+                    .cloned()
+                    .expect("a cluster member's registration"),
+                cluster,
+            ));
+            Some(Arc::new(store))
+        }
+    };
     let addr = rt.block_on(async {
         let config = RuntimeConfig::default();
-        let runtime = match store {
-            Store::Memory => Runtime::new(config),
-            Store::Sqlite(path) => {
-                let store = SqliteStore::open(SqliteConfig::new(path)).expect("open the SQLite store");
-                Runtime::with_store(config, Arc::new(store))
-            }
+        let runtime = match opened {
+            None => Runtime::new(config),
+            Some(store) => Runtime::with_store(config, store),
         };
+        if let Some((registration, _)) = &member {
+            // As `subtask serve`: before recovery starts any handler.
+            runtime.set_lease(registration.gate.clone());
+        }
         let server_config = ServerConfig {
             limits: ServerLimits {
                 max_live_tasks_per_principal: LIVE_LIMIT,
@@ -143,9 +181,17 @@ pub(crate) fn start_subtask_with(store: &Store, oauth: Option<subtask::server::O
                 )
                 .build();
         server.recover().await.expect("recover (an empty store)");
+        // As `subtask serve --db postgres://…`: the instance joins the
+        // cluster (lease renewal, the tree listener), held while it serves.
+        let cluster = member.map(|(registration, config)| {
+            server
+                .join_cluster(&registration, config)
+                .expect("join the cluster")
+        });
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         tokio::spawn(async move {
+            let _cluster = cluster;
             subtask::server::http::serve(server, listener, async move {
                 let _ = rx.await;
             })
@@ -154,8 +200,12 @@ pub(crate) fn start_subtask_with(store: &Store, oauth: Option<subtask::server::O
         });
         addr
     });
-    if matches!(store, Store::Sqlite(_)) {
-        threads.extend(["subtask-store", "subtask-sync"]);
+    match store {
+        Store::Memory => {}
+        Store::Sqlite(_) => threads.extend(["subtask-store", "subtask-sync"]),
+        // The store's writer, the lease and the tree listener (`subtask-pg`,
+        // `subtask-lease`, `subtask-listen`, …).
+        Store::Postgres(_) => threads.push("subtask-"),
     }
     Host {
         rt: Some(rt),
