@@ -382,6 +382,10 @@ fn outcome(path: &Path, pristine: &[subtask::store::StoredTree], what: &str) -> 
         let rt = Runtime::with_store(RuntimeConfig::default(), store.clone());
         rt.recover(owner_of, no_rebuild).await
     });
+    // The runtime's work ends before this returns, so the next open of the
+    // file does not find the store still open (and its lock held) in a
+    // task the runtime left behind: a fresh-clone run saw `Locked` there.
+    tokio.shutdown_timeout(std::time::Duration::from_secs(30));
     match r {
         Err(StoreError::Corrupt(msg)) => {
             assert!(msg.contains("tree ") && msg.contains("task "), "{what}: {msg}");
@@ -392,6 +396,11 @@ fn outcome(path: &Path, pristine: &[subtask::store::StoredTree], what: &str) -> 
             assert_eq!(report.interrupted, 0, "{what}: every stored tree is terminal");
             let now = normalize(store.load().expect("a recovered store loads"));
             assert!(now == pristine, "{what}: recovered, but into different trees");
+            // Closed here (its writer joined, its lock released), not by
+            // whatever held it last.
+            let store = Arc::try_unwrap(store)
+                .unwrap_or_else(|_| panic!("{what}: the store is still held after the runtime ended"));
+            drop(store);
             TaskOutcome::Unchanged
         }
     }
