@@ -718,8 +718,15 @@ fn memory_child(kind: &str, n: usize) {
 }
 
 fn memory(kind: &str, n: usize) -> (f64, usize) {
+    let (bytes, tasks) = run_memory_child(&format!("{kind}:{n}"));
+    (bytes, tasks as usize)
+}
+
+/// Runs this binary as a memory child with `spec` in `CHILD_ENV`; the two
+/// numbers of its `mem: A B` line.
+fn run_memory_child(spec: &str) -> (f64, f64) {
     let out = std::process::Command::new(std::env::current_exe().expect("current exe"))
-        .env(CHILD_ENV, format!("{kind}:{n}"))
+        .env(CHILD_ENV, spec)
         .output()
         .expect("run the memory child");
     assert!(
@@ -733,9 +740,12 @@ fn memory(kind: &str, n: usize) -> (f64, usize) {
         .find_map(|l| l.strip_prefix("mem: "))
         .expect("memory child output");
     let mut parts = line.split_whitespace();
-    let bytes = parts.next().and_then(|v| v.parse().ok()).expect("bytes");
-    let tasks = parts.next().and_then(|v| v.parse().ok()).expect("tasks");
-    (bytes, tasks)
+    let a = parts.next().and_then(|v| v.parse().ok()).expect("a first figure");
+    let b = parts
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("a second figure");
+    (a, b)
 }
 
 // ----- bytes_per_parked_task / bytes_per_input_wait (child process) ----------
@@ -979,24 +989,7 @@ async fn parked_rmcp(tm: TaskManager, wait: &str, n: usize, measure: bool) -> ((
 }
 
 fn parked(what: &str, n: usize) -> (f64, f64) {
-    let out = std::process::Command::new(std::env::current_exe().expect("current exe"))
-        .env(CHILD_ENV, format!("parked-{what}:{n}"))
-        .output()
-        .expect("run the memory child");
-    assert!(
-        out.status.success(),
-        "memory child failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("mem: "))
-        .expect("memory child output");
-    let mut parts = line.split_whitespace();
-    let heap = parts.next().and_then(|v| v.parse().ok()).expect("heap bytes");
-    let rss = parts.next().and_then(|v| v.parse().ok()).expect("rss bytes");
-    (heap, rss)
+    run_memory_child(&format!("parked-{what}:{n}"))
 }
 
 /// `bytes_per_parked_task` and `bytes_per_input_wait`, each side in a fresh

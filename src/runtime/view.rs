@@ -69,18 +69,28 @@ pub(crate) struct TreeRows {
 }
 
 fn row_of(rec: &crate::core::TaskRecord) -> TaskRow {
-    let children = u32::try_from(rec.child_count()).unwrap_or(u32::MAX);
-    TaskRow {
-        id: rec.id(),
-        parent: rec.parent(),
-        position: rec.position(),
-        status: rec.status(),
-        message: rec.status_message(),
-        created_at: rec.created_at(),
-        last_updated_at: rec.last_updated_at(),
-        children,
-        children_ended: children.saturating_sub(rec.live_children()),
-        inputs: u32::try_from(rec.outstanding_inputs().len()).unwrap_or(u32::MAX),
+    let children = rec.child_count();
+    let ended = children.saturating_sub(rec.live_children() as usize);
+    TaskRow::of(rec, children, ended)
+}
+
+impl TaskRow {
+    /// `rec`'s row, with its `children` of which `ended` are terminal
+    /// (counted by the caller: the runtime keeps the count, rows read
+    /// from a database count them).
+    pub(crate) fn of(rec: &crate::core::TaskRecord, children: usize, ended: usize) -> TaskRow {
+        TaskRow {
+            id: rec.id(),
+            parent: rec.parent(),
+            position: rec.position(),
+            status: rec.status(),
+            message: rec.status_message(),
+            created_at: rec.created_at(),
+            last_updated_at: rec.last_updated_at(),
+            children: u32::try_from(children).unwrap_or(u32::MAX),
+            children_ended: u32::try_from(ended).unwrap_or(u32::MAX),
+            inputs: u32::try_from(rec.outstanding_inputs().len()).unwrap_or(u32::MAX),
+        }
     }
 }
 

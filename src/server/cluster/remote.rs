@@ -271,18 +271,7 @@ fn trees_of(tasks: Vec<(RemoteTask, Option<String>)>, principal: &str) -> Result
                 .iter()
                 .filter(|(_, k)| records.get(k).is_some_and(|r| r.status().is_terminal()))
                 .count();
-            rows.push(TaskRow {
-                id,
-                parent: rec.parent(),
-                position: rec.position(),
-                status: rec.status(),
-                message: rec.status_message(),
-                created_at: rec.created_at(),
-                last_updated_at: rec.last_updated_at(),
-                children: u32::try_from(kids.len()).unwrap_or(u32::MAX),
-                children_ended: u32::try_from(ended).unwrap_or(u32::MAX),
-                inputs: u32::try_from(rec.outstanding_inputs().len()).unwrap_or(u32::MAX),
-            });
+            rows.push(TaskRow::of(rec, kids.len(), ended));
             // Children pushed last-first, so the first child is visited next.
             stack.extend(kids.iter().rev().map(|(_, k)| *k));
         }
