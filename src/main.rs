@@ -390,6 +390,13 @@ struct LimitArgs {
     /// tool sets none; a finished tree is deleted a minute after it.
     #[arg(long = "task-ttl", value_name = "SECONDS", default_value_t = 3600, value_parser = positive)]
     task_ttl: usize,
+    /// Seconds a finished tree stays in memory once it is durable, with
+    /// the SQLite store: then the file answers for it until its deletion,
+    /// so memory follows the live work (docs/durability.md, "Finished
+    /// trees"). Without --db (or with PostgreSQL) finished trees stay in
+    /// memory until deleted.
+    #[arg(long = "keep-finished", value_name = "SECONDS", default_value_t = 2)]
+    keep_finished: u64,
 }
 
 /// A whole number of at least 1.
@@ -407,6 +414,7 @@ impl LimitArgs {
         RuntimeConfig {
             max_running: self.max_running,
             max_running_per_tree: self.max_running_per_tree,
+            release_finished_after: Some(std::time::Duration::from_secs(self.keep_finished)),
             ..RuntimeConfig::default()
         }
     }

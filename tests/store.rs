@@ -414,6 +414,15 @@ fn normalize(mut trees: Vec<subtask::store::StoredTree>) -> Vec<subtask::store::
     trees
 }
 
+/// Whether the last page of the (closed) database file is a leaf page of a
+/// table b-tree (type 0x0D), whose tail holds record content.
+fn last_page_is_a_table_leaf(path: &Path) -> bool {
+    let bytes = std::fs::read(path).unwrap();
+    let page = usize::from(u16::from_be_bytes([bytes[16], bytes[17]]));
+    let last = bytes.len() - page;
+    bytes[if last == 0 { 100 } else { last }] == 0x0D
+}
+
 /// A closed store (its WAL checkpointed into the main file and removed)
 /// cut short. SQLite has no page checksums; what it detects is a file
 /// shorter than the page count in its header, i.e. whole pages lost: then
@@ -425,7 +434,19 @@ fn normalize(mut trees: Vec<subtask::store::StoredTree>) -> Vec<subtask::store::
 fn truncated_files_are_reported_as_damaged() {
     let dir = TempDir::new("trunc");
     let path = dir.db();
-    let tasks = write_many(&path, 40, 25);
+    let mut tasks = write_many(&path, 40, 25);
+    // Index pages (schema 4) are allocated as they fill, so the file's last
+    // page may hold index entries rather than record content: lone roots are
+    // added until a table leaf page is the last one again.
+    let mut added = 0;
+    while !last_page_is_a_table_leaf(&path) {
+        assert!(
+            added < 400,
+            "no table leaf page came last after {added} more roots"
+        );
+        tasks += write_many(&path, 1, 0);
+        added += 1;
+    }
     assert_eq!(
         dir.files().iter().map(|f| f.0.as_str()).collect::<Vec<_>>(),
         ["tasks.db", "tasks.db.lock"],

@@ -344,6 +344,7 @@ pub async fn drive(case: &Case) -> Result<Stats, String> {
         max_running_per_tree: cfg.per_tree,
         cancel_grace: Duration::from_millis(cfg.cancel_grace_ms),
         default_poll_interval_ms: None,
+        release_finished_after: None,
     };
     let rt = Runtime::new(config);
     let sh = Arc::new(Shared {

@@ -20,6 +20,17 @@ pub struct RuntimeConfig {
     pub cancel_grace: Duration,
     /// Poll interval suggested for root tasks that do not set one.
     pub default_poll_interval_ms: Option<u64>,
+    /// How long a finished tree (its root terminal) stays in memory once
+    /// every change of it is durable, when the runtime's store answers for
+    /// finished trees ([`TaskStore::finished`](crate::store::TaskStore::finished),
+    /// the SQLite store): after it the runtime lets the tree go, the store
+    /// keeps it until its deletion time and deletes it then, and the
+    /// runtime no longer answers for it ([`Runtime::get`](super::Runtime::get)
+    /// gives `None`; the server answers from the store). So a server's
+    /// memory follows its live work, not its history
+    /// (`docs/durability.md`, "Finished trees"). `None` (the default)
+    /// keeps finished trees in memory until their deletion.
+    pub release_finished_after: Option<Duration>,
 }
 
 impl Default for RuntimeConfig {
@@ -30,6 +41,7 @@ impl Default for RuntimeConfig {
             max_running_per_tree: 64,
             cancel_grace: Duration::from_secs(5),
             default_poll_interval_ms: Some(1000),
+            release_finished_after: None,
         }
     }
 }

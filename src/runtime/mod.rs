@@ -107,7 +107,7 @@ use crate::model::{DetailedTask, InputResponses, TaskId};
 use crate::store::{StoreError, TaskStore, TreeMeta};
 use inner::Inner;
 #[cfg(feature = "server")]
-pub(crate) use owned::{Applied, Command, ListPosition};
+pub(crate) use owned::{Applied, Command, ListPosition, command_on_stored};
 pub use owner::Owner;
 pub use recovery::{Launch, RecoveryReport};
 use tree::{Durable, RtTable, StartJob, TreeCell, TreeState};
@@ -187,6 +187,15 @@ impl Runtime {
             return Ok(());
         }
         store.wait_durable(ticket).await
+    }
+
+    /// The store that answers for the finished trees this runtime lets go
+    /// of ([`RuntimeConfig::release_finished_after`]), with the forests'
+    /// configuration; `None` when finished trees stay in memory.
+    #[cfg(feature = "server")]
+    pub(crate) fn finished_store(&self) -> Option<(Arc<dyn TaskStore>, Arc<ForestConfig>)> {
+        self.inner.release_grace()?;
+        Some((self.inner.store.clone()?, self.inner.forest_config.clone()))
     }
 
     /// The configuration.

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use super::owner::Owner;
 use super::{Runtime, RuntimeError};
-use crate::model::{ClientView, DetailedTask, InputResponses, TaskId};
+use crate::core::{Forest, ForestConfig, TaskRecord};
+use crate::model::{ClientView, DetailedTask, InputResponses, TaskId, Timestamp};
 use crate::store::{StoreError, Ticket, WriteOp};
 
 impl Runtime {
@@ -132,6 +133,47 @@ pub(crate) enum Command {
     Resume(ClientView),
 }
 
+impl Command {
+    /// Applies this command to task `id` of `f`.
+    fn apply(self, f: &mut Forest, now: Timestamp, id: TaskId) -> Result<Applied, RuntimeError> {
+        match self {
+            Command::Update(responses) => f.answer_input(now, id, responses).map(|_| Applied::Ack),
+            Command::Cancel => f.cancel(now, id).map(|_| Applied::Ack),
+            Command::Steer(message) => f.steer(now, id, message).map(|()| Applied::Ack),
+            Command::Pause(view) => f
+                .pause(now, id)
+                .map(|_| Applied::Task(Box::new(f.snapshot(id, view).expect("the task was just paused")))),
+            Command::Resume(view) => f
+                .resume(now, id)
+                .map(|()| Applied::Task(Box::new(f.snapshot(id, view).expect("the task was just resumed")))),
+        }
+        .map_err(RuntimeError::from)
+    }
+}
+
+/// What `command` answers on task `id` of a finished tree the runtime let
+/// go of (`RuntimeConfig::release_finished_after`), rebuilt from its
+/// stored `records`: the answer it gave while it held the tree, since the
+/// same lifecycle code decides it. Every task of such a tree is terminal,
+/// so the command changes nothing, and the rebuilt tree is dropped.
+///
+/// # Errors
+///
+/// The command's refusal; [`RuntimeError::Journal`] when the records do
+/// not make a tree (a damaged store).
+pub(crate) fn command_on_stored(
+    config: &Arc<ForestConfig>,
+    root: TaskId,
+    records: Vec<TaskRecord>,
+    id: TaskId,
+    command: Command,
+    now: Timestamp,
+) -> Result<Applied, RuntimeError> {
+    let mut forest = Forest::restore(config.clone(), root, records, now)
+        .map_err(|e| RuntimeError::Journal(format!("a stored tree does not load: {e}")))?;
+    command.apply(&mut forest, now, id)
+}
+
 /// What a [`Command`] returned.
 #[derive(Debug, Clone)]
 pub(crate) enum Applied {
@@ -155,19 +197,7 @@ impl Runtime {
     ) -> Option<Result<Applied, RuntimeError>> {
         let tree = self.inner.tree_of(id)?;
         Some(self.inner.with_tree(&tree, |st, now, post| {
-            let f = &mut st.forest;
-            let r: Result<Applied, RuntimeError> = match command {
-                Command::Update(responses) => f.answer_input(now, id, responses).map(|_| Applied::Ack),
-                Command::Cancel => f.cancel(now, id).map(|_| Applied::Ack),
-                Command::Steer(message) => f.steer(now, id, message).map(|()| Applied::Ack),
-                Command::Pause(view) => f.pause(now, id).map(|_| {
-                    Applied::Task(Box::new(f.snapshot(id, view).expect("the task was just paused")))
-                }),
-                Command::Resume(view) => f.resume(now, id).map(|()| {
-                    Applied::Task(Box::new(f.snapshot(id, view).expect("the task was just resumed")))
-                }),
-            }
-            .map_err(RuntimeError::from);
+            let r = command.apply(&mut st.forest, now, id);
             post.extra.extend(receipt(&r));
             r
         }))

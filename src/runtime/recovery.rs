@@ -201,6 +201,9 @@ impl Runtime {
                 let mut st = tree.state.lock();
                 let rec = st.forest.recover_after_restart(now, root, body.is_some());
                 inner.absorb(inner.tool_of(&tree), &mut st, &mut post);
+                // A tree that finished before the stop leaves memory as
+                // one finishing now does (`driver/release.rs`).
+                post.root_finished |= st.forest.task(root).is_some_and(|r| r.is_terminal());
                 rec
             };
             report.failed += recovery.failed.len();

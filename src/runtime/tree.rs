@@ -263,6 +263,13 @@ pub(crate) struct Post {
     /// (a cluster's inbox receipt: the command and its answer commit
     /// together). Dropped without a store.
     pub(crate) extra: Vec<WriteOp>,
+    /// The tree's root became terminal in this command: the runtime may
+    /// let the tree go later (`driver/release.rs`).
+    pub(crate) root_finished: bool,
+    /// This command lets the finished tree go rather than delete it: its
+    /// removal is written as [`WriteOp::Release`] with this deletion time
+    /// (ms since the Unix epoch; `None`: never), not as a deletion.
+    pub(crate) release: Option<Option<u64>>,
 }
 
 impl Post {

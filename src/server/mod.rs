@@ -28,6 +28,7 @@ mod session;
 #[cfg(all(feature = "oauth", feature = "ui"))]
 mod signin;
 pub mod stdio;
+mod stored;
 mod subscriptions;
 mod tasks;
 mod tool;
@@ -87,6 +88,9 @@ pub(crate) struct ServerInner {
     /// Set once this instance joins a cluster ([`Server::join_cluster`]).
     #[cfg(feature = "postgres")]
     pub(crate) cluster: std::sync::OnceLock<Arc<cluster::Node>>,
+    /// The finished trees the runtime let go of, answered from its store
+    /// (`RuntimeConfig::release_finished_after`); `None` when it keeps them.
+    pub(crate) finished: Option<access::Finished>,
 }
 
 impl std::fmt::Debug for Server {
@@ -165,6 +169,7 @@ impl ServerBuilder {
             let _ = self.runtime.stats().tool(Some(&tool.label));
         }
         let workers = self.config.workers.clone().map(workers::Hub::new);
+        let finished = self.runtime.finished_store();
         #[cfg(feature = "oauth")]
         let oauth_verifier = self
             .config
@@ -184,6 +189,7 @@ impl ServerBuilder {
             oauth: oauth_verifier,
             #[cfg(feature = "postgres")]
             cluster: std::sync::OnceLock::new(),
+            finished: finished.map(|(store, forest)| access::Finished::new(store, forest)),
         });
         if let Some(hub) = &inner.workers {
             hub.attach(&inner);
@@ -240,6 +246,8 @@ impl Server {
                 #[cfg(feature = "oauth")]
                 oauth: old.oauth.clone(),
                 cluster: std::sync::OnceLock::new(),
+                // A cluster's store keeps finished trees in memory.
+                finished: None,
             }),
         };
         if let Some(hub) = &next.inner.workers {

@@ -326,7 +326,7 @@ async fn trees(
             "next": next.map(|n| n.to_string()),
             "live": owner.live(),
             // On a cluster `live` counts this instance's tasks only.
-            "cluster": server.tasks().lists_elsewhere(),
+            "cluster": server.tasks().is_cluster(),
             "tools": tools,
             "now": crate::model::Timestamp::now().as_millis(),
         }),

@@ -79,8 +79,8 @@ impl TaskStore for MemoryStore {
                     );
                     entries.push(row.entry);
                 }
-                // No inbox in memory.
-                WriteOp::Receipt { .. } => {}
+                // No inbox in memory; finished trees stay in the runtime.
+                WriteOp::Receipt { .. } | WriteOp::Release { .. } => {}
             }
         }
         Ticket(st.next)

@@ -170,6 +170,19 @@ pub enum WriteOp {
     /// its own, deleted with the tree, handed back by `load` inside the
     /// task's state (see [`with_journal`]).
     AppendJournal(JournalRow),
+    /// The runtime let go of a finished tree (its root is terminal and
+    /// every change of it was durable before): a store that answers for
+    /// such trees ([`TaskStore::finished`]) marks it so, no longer hands
+    /// it out from `load`, drops its journal (a finished tree never runs
+    /// again) and deletes it itself once `delete_at` passes. Other stores
+    /// ignore it (the runtime only lets go of trees such a store holds).
+    Release {
+        /// The tree.
+        root: TaskId,
+        /// When the tree is deleted (ms since the Unix epoch); `None`:
+        /// never.
+        delete_at: Option<u64>,
+    },
 }
 
 /// One entry of a task's journal.
@@ -223,6 +236,7 @@ impl WriteOp {
             WriteOp::DeleteTree(r) => *r,
             WriteOp::Receipt { root, .. } => *root,
             WriteOp::AppendJournal(row) => row.root,
+            WriteOp::Release { root, .. } => *root,
         }
     }
 }
@@ -342,6 +356,80 @@ pub trait TaskStore: Send + Sync + 'static {
     fn commit_stats(&self) -> Option<&CommitStats> {
         None
     }
+
+    /// Reads of the trees the runtime let go of ([`WriteOp::Release`]),
+    /// when this store answers for them; `None` (the default) when it does
+    /// not, and the runtime then keeps finished trees in memory.
+    fn finished(&self) -> Option<&dyn FinishedTrees> {
+        None
+    }
+}
+
+/// A stored task as a reader outside the runtime shows it: its place in
+/// its tree, its state (the runtime's encoding), its tree's owner and its
+/// children's ids in position order.
+#[derive(Debug, Clone)]
+pub struct ReadTask {
+    /// The task.
+    pub id: TaskId,
+    /// Its tree's root.
+    pub root: TaskId,
+    /// Its parent (`None` for a root).
+    pub parent: Option<TaskId>,
+    /// Its position among its siblings.
+    pub position: u32,
+    /// The stored state (opened when it was sealed).
+    pub state: String,
+    /// The principal owning its tree (`None`: an unowned tree).
+    pub owner: Option<String>,
+    /// Its children, in position order (empty where a reader says it
+    /// does not read them).
+    pub children: Vec<TaskId>,
+}
+
+/// A tree's root as a list of trees shows it: its list position (larger
+/// for newer trees), its row (children not read) and its stored launch,
+/// opened.
+#[derive(Debug)]
+pub struct ListedRoot {
+    /// The list position: newer trees have larger ones.
+    pub seq: i64,
+    /// The root's row (its `children` are not read: empty).
+    pub task: ReadTask,
+    /// The stored launch, opened (`None` when the tree has none).
+    pub launch: Option<String>,
+}
+
+/// Where a listed task is in a store's list: its tree's and its own
+/// positions (the stored sequence numbers).
+pub type ListPosition = (i64, i64);
+
+/// Reads, from a store, of the trees it holds: for the trees the runtime
+/// let go of once finished ([`WriteOp::Release`]), which the store then
+/// answers for until their deletion time. Blocking: call them off the
+/// async threads. A tree past its deletion time reads as absent, deleted
+/// or not yet.
+pub trait FinishedTrees: Send + Sync {
+    /// Task `id` with its children's ids; `None` when it is not stored.
+    fn read_task(&self, id: TaskId) -> Result<Option<ReadTask>, StoreError>;
+
+    /// Up to `limit` tasks of `owner`'s trees, trees in creation order and
+    /// each tree's tasks in creation order, after the list position
+    /// `after` (a tree's and a task's positions), each with its position.
+    fn list_tasks(
+        &self,
+        owner: &str,
+        after: (i64, i64),
+        limit: usize,
+    ) -> Result<Vec<(ListPosition, ReadTask)>, StoreError>;
+
+    /// Up to `limit` of `owner`'s trees, newest first, with list
+    /// positions below `before`.
+    fn list_roots(&self, owner: &str, before: i64, limit: usize) -> Result<Vec<ListedRoot>, StoreError>;
+
+    /// Every task of the trees holding the tasks `ids`, each tree's in
+    /// creation order (children not read), with each root's opened launch.
+    fn read_trees(&self, ids: &[TaskId]) -> Result<Vec<(ReadTask, Option<String>)>, StoreError>;
 }
 
 /// The durable watermark shared by a backend and its waiters: tickets up to

@@ -30,6 +30,7 @@
 //! is released. No lock is held across an `.await`; the drain's state and
 //! the counters are atomics.
 
+mod release;
 mod slots;
 mod timers;
 
@@ -85,8 +86,16 @@ impl Inner {
         let persist = self.store.is_some();
         let stamp = st.forest.epoch();
         for effect in st.forest.take_effects() {
-            if persist && let Some(op) = super::persist::write_for_effect(&st.forest, &effect) {
-                ops.push(op);
+            if persist {
+                let op = match (&effect, post.release) {
+                    // The tree leaves memory, not the store.
+                    (Effect::TreeDeleted { root, .. }, Some(delete_at)) => Some(WriteOp::Release {
+                        root: *root,
+                        delete_at,
+                    }),
+                    _ => super::persist::write_for_effect(&st.forest, &effect),
+                };
+                ops.extend(op);
             }
             match effect {
                 Effect::Created { id, slot, .. } => {
@@ -99,6 +108,9 @@ impl Inner {
                     if to.is_terminal() {
                         if let Some(owner) = &st.owner {
                             owner.release();
+                        }
+                        if st.forest.task_at(slot).is_some_and(|r| r.parent().is_none()) {
+                            post.root_finished = true;
                         }
                         if let Some(mut rt) = st.rt.remove(slot) {
                             if let Some(rec) = st.forest.task_at(slot) {
@@ -218,6 +230,11 @@ impl Inner {
         }
         if let Some(at) = post.arm {
             self.timers.arm(at, tree.root);
+        }
+        if post.root_finished
+            && let Some(grace) = self.release_grace()
+        {
+            self.timers.arm(self.now().saturating_add(grace), tree.root);
         }
         for job in post.submit_front {
             self.schedule(job, true);

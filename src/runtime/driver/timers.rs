@@ -55,6 +55,9 @@ pub(crate) async fn timer_driver(inner: std::sync::Weak<Inner>) {
             let Some(tree) = strong.tree_of(root) else {
                 continue;
             };
+            if strong.release_if_due(&tree) {
+                continue;
+            }
             // Re-arm with the forest's next deadline: it may hold later timers.
             let next = strong.with_tree(&tree, |st, now, _| {
                 st.forest.handle_timeout(now);

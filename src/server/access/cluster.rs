@@ -118,6 +118,11 @@ impl Elsewhere for Arc<Node> {
     fn fenced_error(&self) -> Option<ErrorObject> {
         Node::is_fenced(self).then(fenced_error)
     }
+
+    #[cfg(feature = "ui")]
+    fn is_cluster(&self) -> bool {
+        true
+    }
 }
 
 /// A cluster's `tasks/list` cursor: the stored sequence numbers of the

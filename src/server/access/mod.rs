@@ -10,6 +10,9 @@
 //!
 //! - [`Nowhere`]: a single instance holds every tree it can answer for, so
 //!   a task it does not hold is unknown;
+//! - [`Finished`] (`finished.rs`): a single instance whose runtime lets
+//!   finished trees go (`RuntimeConfig::release_finished_after`, the SQLite
+//!   store): they are read from the store, and lists come from it;
 //! - a cluster instance (`cluster.rs` here, over `super::cluster`): the
 //!   trees other instances hold, read from the database and commanded
 //!   through its inbox.
@@ -20,6 +23,7 @@
 
 #[cfg(feature = "postgres")]
 mod cluster;
+mod finished;
 #[cfg(feature = "ui")]
 mod view;
 
@@ -43,6 +47,7 @@ use crate::model::{
 #[cfg(feature = "ui")]
 use crate::runtime::view::TreeSummary;
 use crate::runtime::{Applied, Command, ListPosition, Runtime};
+pub(crate) use finished::Finished;
 #[cfg(feature = "ui")]
 pub(crate) use view::TreeOfRows;
 
@@ -123,6 +128,13 @@ pub(crate) trait Elsewhere: Send + Sync {
     /// The error a request gets while this instance is fenced; `None`
     /// while it serves.
     fn fenced_error(&self) -> Option<ErrorObject>;
+
+    /// Whether other instances hold trees (a cluster): the web view says
+    /// its live-task count is this instance's.
+    #[cfg(feature = "ui")]
+    fn is_cluster(&self) -> bool {
+        false
+    }
 }
 
 /// A single instance: no tree is held anywhere else.
@@ -260,11 +272,15 @@ impl Server {
     }
 
     /// Where the trees this instance does not hold are: the cluster's
-    /// database once it joined one, else nowhere.
+    /// database once it joined one; the store, for the finished trees the
+    /// runtime let go of; else nowhere.
     fn elsewhere(&self) -> &dyn Elsewhere {
         #[cfg(feature = "postgres")]
         if let Some(node) = self.cluster() {
             return node;
+        }
+        if let Some(finished) = &self.inner.finished {
+            return finished;
         }
         &Nowhere
     }

@@ -85,11 +85,10 @@ impl TaskAccess<'_> {
         Ok((page, next))
     }
 
-    /// Whether the list comes from a cluster's database: trees may be held
-    /// by other instances (a page's live-task count is this instance's).
-    pub(crate) fn lists_elsewhere(&self) -> bool {
-        // A future does nothing until awaited: this reads nothing.
-        self.elsewhere.roots("", None, 0).is_some()
+    /// Whether this instance is one of a cluster: trees may be held by
+    /// other instances (a page's live-task count is this instance's).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.elsewhere.is_cluster()
     }
 
     /// [`TaskAccess::tree_page`] from the database, up to `max + 1` trees:

@@ -16,17 +16,14 @@ use futures::stream::BoxStream;
 use tokio::sync::broadcast;
 
 use super::Node;
-use crate::core::{TaskRecord, decode_state};
 use crate::model::{ClientView, DetailedTask, TaskId};
 #[cfg(feature = "ui")]
-use crate::runtime::view::{TaskRow, TreeSummary};
-use crate::store::StoreError;
-use crate::store::postgres::remote::{self, RemoteTask};
-
-/// A tree read from its stored rows: its root, its tool and its tasks as
-/// the web view's rows, in pre-order.
+use crate::runtime::view::TreeSummary;
+use crate::server::stored::detailed;
 #[cfg(feature = "ui")]
-pub(crate) type TreeRead = (TaskId, Option<Arc<str>>, Vec<TaskRow>);
+use crate::server::stored::{TreeRead, summary, trees_of};
+use crate::store::StoreError;
+use crate::store::postgres::remote;
 
 impl Node {
     /// `tasks/get` of a task this instance does not hold: the stored row
@@ -153,23 +150,7 @@ impl Node {
         let roots = self
             .blocking(move |c| remote::list_roots(c, &principal, before, limit))
             .await?;
-        roots
-            .into_iter()
-            .map(|r| {
-                let rec = record(&r.task)?;
-                Ok(TreeSummary {
-                    position: u64::try_from(r.seq).unwrap_or(0),
-                    root: r.task.id,
-                    tool: tool_of(r.launch.as_deref()),
-                    status: rec.status(),
-                    message: rec.status_message(),
-                    created_at: rec.created_at(),
-                    last_updated_at: rec.last_updated_at(),
-                    tasks: 0,
-                    counts: Default::default(),
-                })
-            })
-            .collect()
+        roots.into_iter().map(summary).collect()
     }
 
     /// Every task of each tree in `roots` as stored, as the web view's rows
@@ -219,69 +200,4 @@ impl Node {
             .ok()
             .flatten()
     }
-}
-
-/// A stored task's record, as the holder decodes it.
-fn record(row: &RemoteTask) -> Result<TaskRecord, StoreError> {
-    let id = row.id;
-    decode_state(id, row.root, row.parent, row.position, &row.state)
-        .map_err(|e| StoreError::Corrupt(format!("task {id}: {e}")))
-}
-
-/// A tree's tool: the `name` of its stored launch (what a restart labels
-/// it with).
-#[cfg(feature = "ui")]
-fn tool_of(launch: Option<&str>) -> Option<Arc<str>> {
-    let launch: serde_json::Value = serde_json::from_str(launch?).ok()?;
-    launch.get("name")?.as_str().map(Arc::from)
-}
-
-/// The trees of `tasks` (every stored row of each, with each root's
-/// launch) that `principal` owns, each as rows in pre-order: a task, then
-/// each child's subtree in position order.
-#[cfg(feature = "ui")]
-fn trees_of(tasks: Vec<(RemoteTask, Option<String>)>, principal: &str) -> Result<Vec<TreeRead>, StoreError> {
-    use std::collections::HashMap;
-    let mut records = HashMap::with_capacity(tasks.len());
-    let mut children: HashMap<TaskId, Vec<(u32, TaskId)>> = HashMap::new();
-    let mut roots = Vec::new();
-    for (row, launch) in tasks {
-        let rec = record(&row)?;
-        match row.parent {
-            Some(p) => children.entry(p).or_default().push((row.position, row.id)),
-            None if row.owner.as_deref() == Some(principal) => {
-                roots.push((row.id, tool_of(launch.as_deref())))
-            }
-            None => {}
-        }
-        records.insert(row.id, rec);
-    }
-    for kids in children.values_mut() {
-        kids.sort_unstable();
-    }
-    let no_kids = Vec::new();
-    let mut out = Vec::with_capacity(roots.len());
-    for (root, tool) in roots {
-        let mut rows = Vec::new();
-        let mut stack = vec![root];
-        while let Some(id) = stack.pop() {
-            let Some(rec) = records.get(&id) else { continue };
-            let kids = children.get(&id).unwrap_or(&no_kids);
-            let ended = kids
-                .iter()
-                .filter(|(_, k)| records.get(k).is_some_and(|r| r.status().is_terminal()))
-                .count();
-            rows.push(TaskRow::of(rec, kids.len(), ended));
-            // Children pushed last-first, so the first child is visited next.
-            stack.extend(kids.iter().rev().map(|(_, k)| *k));
-        }
-        out.push((root, tool, rows));
-    }
-    Ok(out)
-}
-
-/// A stored task as `view` sees it, with the code the holder uses.
-fn detailed(row: RemoteTask, view: ClientView) -> Result<DetailedTask, StoreError> {
-    let rec = record(&row)?;
-    Ok(rec.detailed(row.children, view))
 }

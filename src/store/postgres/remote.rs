@@ -9,59 +9,38 @@ use super::session::Conn;
 use super::{open_logged, task_id, uuid};
 use crate::model::TaskId;
 use crate::store::Keyring;
+#[cfg(feature = "ui")]
+use crate::store::ListedRoot;
+use crate::store::ReadTask;
 use crate::store::seal::{Column, Place};
 
-/// A task's stored row as a non-holder shows it: its place in its tree,
-/// its state (the runtime's encoding, opaque here), its tree's owner and
-/// its children's ids in position order.
-#[derive(Debug)]
-pub(crate) struct RemoteTask {
-    /// The task.
-    pub(crate) id: TaskId,
-    /// Its tree's root.
-    pub(crate) root: TaskId,
-    /// Its parent (`None` for a root).
-    pub(crate) parent: Option<TaskId>,
-    /// Its position among its siblings (`0` if the stored one is negative,
-    /// which no writer stores).
-    pub(crate) position: u32,
-    /// The stored state.
-    pub(crate) state: String,
-    /// The principal owning its tree (`None`: an unowned tree, visible to
-    /// nobody through another instance).
-    pub(crate) owner: Option<String>,
-    /// Its children, in position order.
-    pub(crate) children: Vec<TaskId>,
-}
-
-impl RemoteTask {
-    /// Task `id` from a row holding, from column `at` on, its root, parent,
-    /// position, state, its tree's owner and its children's ids (the
-    /// queries of [`read_task`] and [`list_tasks`]).
-    fn of_row(row: &postgres::Row, id: TaskId, at: usize, keys: Option<&Keyring>) -> RemoteTask {
-        let parent: Option<uuid::Uuid> = row.get(at + 1);
-        let position: i32 = row.get(at + 2);
-        let children: Vec<uuid::Uuid> = row.get(at + 5);
-        RemoteTask {
-            id,
-            root: task_id(row.get(at)),
-            parent: parent.map(task_id),
-            position: u32::try_from(position).unwrap_or(0),
-            state: open_logged(
-                keys,
-                Place::new(Column::State, id.as_u128()),
-                row.get(at + 3),
-                false,
-            ),
-            owner: row.get(at + 4),
-            children: children.into_iter().map(task_id).collect(),
-        }
+/// Task `id` from a row holding, from column `at` on, its root, parent,
+/// position, state, its tree's owner and its children's ids (the queries
+/// of [`read_task`] and [`list_tasks`]); a stored negative position reads
+/// as `0` (no writer stores one).
+fn of_row(row: &postgres::Row, id: TaskId, at: usize, keys: Option<&Keyring>) -> ReadTask {
+    let parent: Option<uuid::Uuid> = row.get(at + 1);
+    let position: i32 = row.get(at + 2);
+    let children: Vec<uuid::Uuid> = row.get(at + 5);
+    ReadTask {
+        id,
+        root: task_id(row.get(at)),
+        parent: parent.map(task_id),
+        position: u32::try_from(position).unwrap_or(0),
+        state: open_logged(
+            keys,
+            Place::new(Column::State, id.as_u128()),
+            row.get(at + 3),
+            false,
+        ),
+        owner: row.get(at + 4),
+        children: children.into_iter().map(task_id).collect(),
     }
 }
 
 /// Task `id` as stored (two index lookups: the task's row with its root's,
 /// and its children's ids), or `None` when no such task is stored.
-pub(crate) fn read_task(conn: &mut Conn, id: TaskId) -> Result<Option<RemoteTask>, postgres::Error> {
+pub(crate) fn read_task(conn: &mut Conn, id: TaskId) -> Result<Option<ReadTask>, postgres::Error> {
     // Prepared: the non-owner read is the hot path of a cluster's reads.
     let st = conn.statement(
         "SELECT t.root, t.parent, t.position, t.state, r.owner,
@@ -71,7 +50,7 @@ pub(crate) fn read_task(conn: &mut Conn, id: TaskId) -> Result<Option<RemoteTask
     )?;
     let row = conn.query_opt(&st, &[&uuid(id)])?;
     let keys = conn.keys.clone();
-    Ok(row.map(|row| RemoteTask::of_row(&row, id, 0, keys.as_deref())))
+    Ok(row.map(|row| of_row(&row, id, 0, keys.as_deref())))
 }
 
 /// Where a listed task is in the listing order: the stored sequence
@@ -86,7 +65,7 @@ pub(crate) fn list_tasks(
     principal: &str,
     after: ListPosition,
     limit: usize,
-) -> Result<Vec<(ListPosition, RemoteTask)>, postgres::Error> {
+) -> Result<Vec<(ListPosition, ReadTask)>, postgres::Error> {
     let keys = conn.keys.clone();
     let rows = conn.query(
         "SELECT r.seq, t.seq, t.id, t.root, t.parent, t.position, t.state, r.owner,
@@ -101,7 +80,7 @@ pub(crate) fn list_tasks(
         .map(|row| {
             (
                 (row.get(0), row.get(1)),
-                RemoteTask::of_row(row, task_id(row.get(2)), 3, keys.as_deref()),
+                of_row(row, task_id(row.get(2)), 3, keys.as_deref()),
             )
         })
         .collect())
@@ -112,20 +91,6 @@ pub(crate) fn root_of(client: &mut Client, id: TaskId) -> Result<Option<TaskId>,
     client
         .query_opt("SELECT root FROM subtask_tasks WHERE id = $1", &[&uuid(id)])
         .map(|r| r.map(|r| task_id(r.get(0))))
-}
-
-/// A tree's root row as the web view lists it (`/ui`, feature `ui`): its
-/// stored sequence number (the list position), the row, and its launch
-/// opened (the stored tool call, whose `name` is the tree's tool).
-#[cfg(feature = "ui")]
-#[derive(Debug)]
-pub(crate) struct ListedRoot {
-    /// The root row's sequence number: newer trees have larger ones.
-    pub(crate) seq: i64,
-    /// The root's row (its `children` are not read: empty).
-    pub(crate) task: RemoteTask,
-    /// The stored launch, opened (`None` when the tree has none).
-    pub(crate) launch: Option<String>,
 }
 
 /// Up to `limit` of `principal`'s trees, newest first, created before the
@@ -153,7 +118,7 @@ pub(crate) fn list_roots(
             let launch: Option<String> = row.get(8);
             ListedRoot {
                 seq: row.get(0),
-                task: RemoteTask::of_row(row, id, 2, keys.as_deref()),
+                task: of_row(row, id, 2, keys.as_deref()),
                 launch: launch.map(|l| {
                     open_logged(
                         keys.as_deref(),
@@ -175,7 +140,7 @@ pub(crate) fn list_roots(
 pub(crate) fn read_trees(
     conn: &mut Conn,
     ids: &[TaskId],
-) -> Result<Vec<(RemoteTask, Option<String>)>, postgres::Error> {
+) -> Result<Vec<(ReadTask, Option<String>)>, postgres::Error> {
     let keys = conn.keys.clone();
     let ids: Vec<uuid::Uuid> = ids.iter().map(|r| uuid(*r)).collect();
     let st = conn.statement(
@@ -191,7 +156,7 @@ pub(crate) fn read_trees(
             let id = task_id(row.get(0));
             let launch: Option<String> = row.get(7);
             (
-                RemoteTask::of_row(row, id, 1, keys.as_deref()),
+                of_row(row, id, 1, keys.as_deref()),
                 launch.map(|l| {
                     open_logged(
                         keys.as_deref(),

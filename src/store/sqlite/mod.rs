@@ -4,7 +4,7 @@
 //! fsyncs the write-ahead log and releases, at once, the writers of every
 //! commit that fsync covers (with full durability; see [`Syncer`]).
 //!
-//! Schema (version 3): one table,
+//! Schema (version 4): one table,
 //! `tasks(seq, id, root, parent, position, version, state, owner, resumable, launch)`,
 //! one row per task; `journal(root, task, n, entry)`, a task's durable
 //! execution journal; `seal_keys(key_id, check_value)`, one check value
@@ -27,6 +27,7 @@
 //! `writer.rs` (the writer thread, with its full-disk states), `syncer.rs`
 //! (the fsync stage), `read.rs` (decoding stored rows).
 
+mod finished;
 mod read;
 mod schema;
 mod syncer;
@@ -114,6 +115,13 @@ pub struct SqliteStore {
     /// Task states are sealed with these in [`TaskStore::submit`], on the
     /// callers' threads, so the one writer thread does not seal them all.
     keys: Option<Arc<Keyring>>,
+    /// Read-only connections of the readers of finished trees
+    /// (`finished.rs`), opened on demand and kept for the next read.
+    readers: Mutex<Vec<Connection>>,
+    /// Where each task's row is (the writer's maps).
+    maps: Arc<parking_lot::RwLock<writer::Maps>>,
+    /// The database file.
+    path: PathBuf,
     /// Held for the store's lifetime: one process per database.
     _lock: File,
 }
@@ -195,6 +203,7 @@ impl SqliteStore {
         check_keys(&conn, &path, config.keys.as_deref())?;
         let mut writer = Writer::open(conn, &path)?;
         writer.keys = config.keys.clone();
+        let maps = writer.maps.clone();
         let sync = if pipelined {
             let wal_path = {
                 let mut p = path.clone().into_os_string();
@@ -244,6 +253,7 @@ impl SqliteStore {
                 })
                 .map_err(io)?
         };
+        finished::start_sweeper(&shared, &path).map_err(io)?;
         let describe = format!(
             "sqlite:{} ({}{})",
             path.display(),
@@ -262,6 +272,9 @@ impl SqliteStore {
             writer: Mutex::new(Some(writer)),
             describe,
             keys: config.keys.clone(),
+            readers: Mutex::new(Vec::new()),
+            maps,
+            path,
             _lock: lock,
         })
     }
@@ -454,6 +467,10 @@ impl TaskStore for SqliteStore {
         Some(&self.shared.stats)
     }
 
+    fn finished(&self) -> Option<&dyn super::FinishedTrees> {
+        Some(self)
+    }
+
     fn is_durable(&self, ticket: Ticket) -> Result<bool, StoreError> {
         self.shared.queue.mark.check(ticket)
     }
@@ -471,13 +488,13 @@ impl TaskStore for SqliteStore {
     }
 
     fn load(&self) -> Result<Vec<StoredTree>, StoreError> {
-        self.shared.queue.read(|w| read_trees(&w.conn, w.keys.as_deref()))
+        self.shared.queue.read(|w| read_trees(w))
     }
 
     fn get(&self, id: TaskId) -> Result<Option<StoredTask>, StoreError> {
         self.shared.queue.read(move |w| {
             let e = |x: rusqlite::Error| StoreError::Io(x.to_string());
-            let Some(&rowid) = w.rows.get(&id) else {
+            let Some(rowid) = w.maps.read().rows.get(&id).copied() else {
                 return Ok(None);
             };
             let row = w

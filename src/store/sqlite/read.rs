@@ -3,8 +3,9 @@
 use rusqlite::Connection;
 
 use super::blob_id;
+use super::writer::Writer;
 #[cfg(feature = "fuzzing")]
-use super::{io, schema::MIGRATIONS, writer::Writer};
+use super::{io, schema::MIGRATIONS};
 use crate::model::IdMap;
 use crate::store::queue::assemble;
 use crate::store::seal::{Column, Keyring, Place, open, open_owned};
@@ -34,48 +35,93 @@ pub(super) fn to_task(
     })
 }
 
-/// Every stored tree, read from the `tasks` table as [`TaskStore::load`]
-/// reads it: each row decoded (a value of the wrong type, a task id that
-/// is not 16 bytes, a negative position or version, an unreadable launch
-/// are [`StoreError::Corrupt`]), then grouped by tree in row order.
-pub(super) fn read_trees(conn: &Connection, keys: Option<&Keyring>) -> Result<Vec<StoredTree>, StoreError> {
+/// Every stored tree the runtime holds (not released: see
+/// [`WriteOp::Release`](crate::store::WriteOp::Release)), read from the
+/// `tasks` table as [`TaskStore::load`](crate::store::TaskStore::load)
+/// reads it: each row decoded (a value of the wrong type, a task id that is
+/// not 16 bytes, a negative position or version, an unreadable launch are
+/// [`StoreError::Corrupt`]), then grouped by tree in row order. When most
+/// rows are of released trees (a server's history), only the others' rows
+/// are read, by rowid; otherwise the table is scanned once.
+pub(super) fn read_trees(w: &Writer) -> Result<Vec<StoredTree>, StoreError> {
     let e = |x: rusqlite::Error| StoreError::Corrupt(x.to_string());
-    let mut stmt = conn
-        .prepare(
-            "SELECT id, root, parent, position, version, state, owner, resumable, launch FROM tasks
-             ORDER BY seq",
-        )
-        .map_err(e)?;
-    let journal = read_journal(conn, keys)?;
-    let mut rows = stmt.query([]).map_err(e)?;
+    let keys = w.keys.as_deref();
+    let journal = read_journal(&w.conn, keys)?;
     let mut read = Vec::new();
-    while let Some(r) = rows.next().map_err(e)? {
-        let mut task = to_task(row_task(r).map_err(e)?, keys)?;
-        if let Some(entries) = journal.get(&task.id) {
-            task.state = crate::store::with_journal(&task.state, entries)?;
+    const COLUMNS: &str = "id, root, parent, position, version, state, owner, resumable, launch";
+    // Only this (the writer's) thread changes the maps.
+    let maps = w.maps.read();
+    let live: Vec<i64> = if maps.released.is_empty() {
+        Vec::new()
+    } else {
+        let mut rowids: Vec<i64> = maps
+            .trees
+            .iter()
+            .filter(|(root, _)| !maps.released.contains_key(*root))
+            .flat_map(|(_, rows)| rows.iter().map(|r| r.0))
+            .collect();
+        rowids.sort_unstable();
+        rowids
+    };
+    if !maps.released.is_empty() && live.len() * 4 < maps.rows.len() {
+        let mut stmt = w
+            .conn
+            .prepare(&format!("SELECT {COLUMNS} FROM tasks WHERE seq = ?1"))
+            .map_err(e)?;
+        for rowid in live {
+            let mut rows = stmt.query([rowid]).map_err(e)?;
+            if let Some(r) = rows.next().map_err(e)? {
+                read.push(decode(r, keys, &journal));
+            }
         }
-        if task.parent.is_some() {
-            read.push(Ok((task, None)));
-            continue;
+    } else {
+        let mut stmt = w
+            .conn
+            .prepare(&format!("SELECT {COLUMNS} FROM tasks ORDER BY seq"))
+            .map_err(e)?;
+        let mut rows = stmt.query([]).map_err(e)?;
+        while let Some(r) = rows.next().map_err(e)? {
+            let root = blob_id(&r.get::<_, Vec<u8>>(1).map_err(e)?)?;
+            if maps.released.contains_key(&root) {
+                continue;
+            }
+            read.push(decode(r, keys, &journal));
         }
-        let launch = r
-            .get::<_, Option<String>>(8)
-            .map_err(e)?
-            .map(|l| {
-                let l = open(keys, Place::new(Column::Launch, task.root.as_u128()), &l)?;
-                serde_json::from_str(&l)
-                    .map_err(|x| StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root)))
-            })
-            .transpose()?;
-        let meta = TreeMeta {
-            root: task.root,
-            owner: r.get(6).map_err(e)?,
-            resumable: r.get::<_, Option<bool>>(7).map_err(e)?.unwrap_or(false),
-            launch,
-        };
-        read.push(Ok((task, Some(meta))));
     }
     assemble(read)
+}
+
+/// One row of [`read_trees`]' queries: the task, and its tree's metadata
+/// when it is a root.
+fn decode(
+    r: &rusqlite::Row<'_>,
+    keys: Option<&Keyring>,
+    journal: &IdMap<Vec<String>>,
+) -> Result<(StoredTask, Option<TreeMeta>), StoreError> {
+    let e = |x: rusqlite::Error| StoreError::Corrupt(x.to_string());
+    let mut task = to_task(row_task(r).map_err(e)?, keys)?;
+    if let Some(entries) = journal.get(&task.id) {
+        task.state = crate::store::with_journal(&task.state, entries)?;
+    }
+    if task.parent.is_some() {
+        return Ok((task, None));
+    }
+    let launch = r
+        .get::<_, Option<String>>(8)
+        .map_err(e)?
+        .map(|l| {
+            let l = open(keys, Place::new(Column::Launch, task.root.as_u128()), &l)?;
+            serde_json::from_str(&l)
+                .map_err(|x| StoreError::Corrupt(format!("tree {}: unreadable launch: {x}", task.root)))
+        })
+        .transpose()?;
+    let meta = TreeMeta {
+        root: task.root,
+        owner: r.get(6).map_err(e)?,
+        resumable: r.get::<_, Option<bool>>(7).map_err(e)?.unwrap_or(false),
+        launch,
+    };
+    Ok((task, Some(meta)))
 }
 
 /// Every task's journal entries, in order.
@@ -124,5 +170,5 @@ pub(crate) fn scratch_database() -> Result<Connection, StoreError> {
 #[cfg(feature = "fuzzing")]
 pub(crate) fn read_back(conn: Connection) -> Result<Vec<StoredTree>, StoreError> {
     let w = Writer::open(conn, std::path::Path::new(":memory:"))?;
-    read_trees(&w.conn, None)
+    read_trees(&w)
 }

@@ -43,6 +43,22 @@ pub(super) const MIGRATIONS: &[&str] = &[
         check_value TEXT NOT NULL
     );
 ",
+    "
+    -- A finished tree the runtime let go of (WriteOp::Release), on its
+    -- root's row: when the tree is deleted, in ms since the Unix epoch
+    -- (9223372036854775807: never); NULL while the runtime holds it.
+    ALTER TABLE tasks ADD COLUMN released INTEGER;
+    -- The sweep of released trees past their deletion time.
+    CREATE INDEX tasks_released ON tasks(released) WHERE released IS NOT NULL;
+    -- A principal's trees in creation order (tasks/list, the web view).
+    -- Roots only, and one principal's roots in increasing seq: an insert
+    -- lands on the last page of its principal's range.
+    CREATE INDEX tasks_roots ON tasks(owner, seq) WHERE parent IS NULL;
+    -- A task's children in position order (childTaskIds of a task read
+    -- from the file). Subtasks only: a lone root adds nothing to it, and
+    -- the children of one parent, created together, share its pages.
+    CREATE INDEX tasks_children ON tasks(parent, position) WHERE parent IS NOT NULL;
+",
 ];
 
 /// The schema version this build writes.

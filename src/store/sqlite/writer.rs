@@ -2,21 +2,37 @@
 
 use std::path::Path;
 
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 use rusqlite::{Connection, TransactionBehavior, params};
 
+use super::finished::SWEEP_BATCH;
 use super::{Shared, blob_id, id_blob, sql};
 use crate::model::{IdMap, TaskId};
 use crate::store::queue::Next;
 use crate::store::seal::{Column, Keyring, Place, seal};
 use crate::store::{StoreError, Ticket, TreeMeta, WriteBatch, WriteOp};
 
+/// Where each task's row is: kept by the writer, read by the store's
+/// readers (`finished.rs`) under the lock, briefly.
+#[derive(Default)]
+pub(super) struct Maps {
+    /// Task id to rowid.
+    pub(super) rows: IdMap<i64>,
+    /// Root to (rowid, id) of each task of the tree, in rowid order.
+    pub(super) trees: IdMap<Vec<(i64, TaskId)>>,
+    /// The trees the runtime let go of ([`WriteOp::Release`]), with when
+    /// each is deleted (ms since the Unix epoch; `i64::MAX`: never).
+    pub(super) released: IdMap<i64>,
+}
+
 /// The writer thread's state: the connection and where each task's row is.
 pub(super) struct Writer {
     pub(super) conn: Connection,
-    /// Task id to rowid.
-    pub(super) rows: IdMap<i64>,
-    /// Root to (rowid, id) of each task of the tree.
-    pub(super) trees: IdMap<Vec<(i64, TaskId)>>,
+    /// Where each task's row is; changed only by this thread, once a
+    /// transaction committed ([`Writer::fold`]).
+    pub(super) maps: Arc<RwLock<Maps>>,
     /// Time spent in SQLite's COMMIT (write and fsync), for `SUBTASK_STORE_DEBUG`.
     pub(super) in_commit: std::time::Duration,
     /// The keys values are sealed with (`None`: written in clear).
@@ -25,10 +41,9 @@ pub(super) struct Writer {
 
 impl Writer {
     pub(super) fn open(conn: Connection, path: &Path) -> Result<Writer, StoreError> {
-        let mut w = Writer {
+        let w = Writer {
             conn,
-            rows: IdMap::default(),
-            trees: IdMap::default(),
+            maps: Arc::default(),
             in_commit: std::time::Duration::ZERO,
             keys: None,
         };
@@ -44,19 +59,26 @@ impl Writer {
             other => e(other),
         };
         {
-            let mut stmt = w.conn.prepare("SELECT seq, id, root FROM tasks").map_err(&e)?;
+            let mut maps = w.maps.write();
+            let mut stmt = w
+                .conn
+                .prepare("SELECT seq, id, root, released FROM tasks")
+                .map_err(&e)?;
             let mut rows = stmt.query([]).map_err(&e)?;
             while let Some(r) = rows.next().map_err(&e)? {
                 let rowid: i64 = r.get(0).map_err(value)?;
                 let id = blob_id(&r.get::<_, Vec<u8>>(1).map_err(value)?)?;
                 let root = blob_id(&r.get::<_, Vec<u8>>(2).map_err(value)?)?;
-                if w.rows.insert(id, rowid).is_some() {
+                if maps.rows.insert(id, rowid).is_some() {
                     return Err(StoreError::Corrupt(format!(
                         "{}: task {id} is stored twice",
                         path.display()
                     )));
                 }
-                w.trees.entry(root).or_default().push((rowid, id));
+                maps.trees.entry(root).or_default().push((rowid, id));
+                if let Some(at) = r.get::<_, Option<i64>>(3).map_err(value)? {
+                    maps.released.insert(root, at);
+                }
             }
         }
         Ok(w)
@@ -71,8 +93,12 @@ impl Writer {
         let mut new_rows: Vec<(TaskId, TaskId, i64)> = Vec::new();
         let mut fresh: IdMap<i64> = IdMap::default();
         let mut deleted: Vec<TaskId> = Vec::new();
+        let mut released: Vec<(TaskId, i64)> = Vec::new();
         let mut metas: IdMap<&TreeMeta> = IdMap::default();
         let keys = self.keys.as_deref();
+        // Read only here; changed by `fold`, on this thread, after commit.
+        let maps = self.maps.clone();
+        let maps = maps.read();
         // A tree's launch, as stored (sealed with its root's id).
         let launch_text = |meta: &TreeMeta| {
             meta.launch.as_ref().map(|l| {
@@ -109,11 +135,14 @@ impl Writer {
             let mut delete_journal = tx
                 .prepare_cached("DELETE FROM journal WHERE root = ?1")
                 .map_err(&e)?;
+            let mut release = tx
+                .prepare_cached("UPDATE tasks SET released = ?2 WHERE seq = ?1")
+                .map_err(&e)?;
             for (_, batch) in group {
                 for op in &batch.ops {
                     match op {
                         WriteOp::PutTree(meta) => {
-                            let row = fresh.get(&meta.root).or_else(|| self.rows.get(&meta.root));
+                            let row = fresh.get(&meta.root).or_else(|| maps.rows.get(&meta.root));
                             match row {
                                 Some(&rowid) => {
                                     let launch = launch_text(meta);
@@ -132,7 +161,7 @@ impl Writer {
                                 }
                             }
                         }
-                        WriteOp::PutTask(t) => match fresh.get(&t.id).or_else(|| self.rows.get(&t.id)) {
+                        WriteOp::PutTask(t) => match fresh.get(&t.id).or_else(|| maps.rows.get(&t.id)) {
                             Some(&rowid) => {
                                 let state = seal(keys, Place::new(Column::State, t.id.as_u128()), &t.state);
                                 update
@@ -163,7 +192,7 @@ impl Writer {
                             }
                         },
                         WriteOp::DeleteTree(root) => {
-                            let mut rowids: Vec<i64> = self
+                            let mut rowids: Vec<i64> = maps
                                 .trees
                                 .get(root)
                                 .map(|t| t.iter().map(|r| r.0).collect())
@@ -191,16 +220,82 @@ impl Writer {
                                 ])
                                 .map_err(&e)?;
                         }
+                        WriteOp::Release { root, delete_at } => {
+                            let at = delete_at.map_or(i64::MAX, |t| i64::try_from(t).unwrap_or(i64::MAX));
+                            if let Some(&rowid) = fresh.get(root).or_else(|| maps.rows.get(root)) {
+                                release.execute(params![rowid, at]).map_err(&e)?;
+                                // A finished tree never runs again: its
+                                // journal is of no further use.
+                                delete_journal.execute(params![&id_blob(*root)[..]]).map_err(&e)?;
+                                released.push((*root, at));
+                            }
+                        }
                         // One process per SQLite file: no cluster inbox.
                         WriteOp::Receipt { .. } => {}
                     }
                 }
             }
         }
+        drop(maps);
         let t_commit = std::time::Instant::now();
         tx.commit().map_err(&e)?;
         self.in_commit += t_commit.elapsed();
-        Ok(Folded { deleted, new_rows })
+        Ok(Folded {
+            deleted,
+            new_rows,
+            released,
+        })
+    }
+
+    /// Deletes up to [`SWEEP_BATCH`] released trees whose deletion time is `now_ms` or
+    /// earlier, in one transaction (outside the batches' order: nobody
+    /// waits for it, and no batch names a released tree again); returns
+    /// how many. Called by the store's sweeper through the writer's read
+    /// queue, so it never runs beside a commit.
+    pub(super) fn sweep(&mut self, now_ms: i64, path: &Path) -> Result<usize, StoreError> {
+        let e = sql(path);
+        let due: Vec<TaskId> = {
+            let mut st = self
+                .conn
+                .prepare_cached("SELECT id FROM tasks WHERE released <= ?1 ORDER BY released LIMIT ?2")
+                .map_err(&e)?;
+            let rows = st
+                .query_map(params![now_ms, SWEEP_BATCH as i64], |r| r.get::<_, Vec<u8>>(0))
+                .map_err(&e)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(&e)?;
+            rows.iter().map(|b| blob_id(b)).collect::<Result<_, _>>()?
+        };
+        if due.is_empty() {
+            return Ok(0);
+        }
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&e)?;
+        {
+            let mut delete = tx
+                .prepare_cached("DELETE FROM tasks WHERE seq = ?1")
+                .map_err(&e)?;
+            let mut delete_journal = tx
+                .prepare_cached("DELETE FROM journal WHERE root = ?1")
+                .map_err(&e)?;
+            let maps = self.maps.read();
+            for root in &due {
+                for (rowid, _) in maps.trees.get(root).map(Vec::as_slice).unwrap_or_default() {
+                    delete.execute(params![rowid]).map_err(&e)?;
+                }
+                delete_journal.execute(params![&id_blob(*root)[..]]).map_err(&e)?;
+            }
+        }
+        tx.commit().map_err(&e)?;
+        let n = due.len();
+        self.fold(Folded {
+            deleted: due,
+            new_rows: Vec::new(),
+            released: Vec::new(),
+        });
+        Ok(n)
     }
 
     /// Checkpoints the whole write-ahead log into the database and
@@ -217,22 +312,29 @@ impl Writer {
 
     /// Brings the maps up to a committed transaction.
     fn fold(&mut self, f: Folded) {
+        let mut maps = self.maps.write();
         for root in f.deleted {
-            for (_, id) in self.trees.remove(&root).unwrap_or_default() {
-                self.rows.remove(&id);
+            maps.released.remove(&root);
+            for (_, id) in maps.trees.remove(&root).unwrap_or_default() {
+                maps.rows.remove(&id);
             }
         }
+        for (root, at) in f.released {
+            maps.released.insert(root, at);
+        }
         for (id, root, rowid) in f.new_rows {
-            self.rows.insert(id, rowid);
-            self.trees.entry(root).or_default().push((rowid, id));
+            maps.rows.insert(id, rowid);
+            maps.trees.entry(root).or_default().push((rowid, id));
         }
     }
 }
 
-/// Rows a committed transaction deleted and inserted: (id, root, rowid).
+/// Trees a committed transaction deleted and released, and the rows it
+/// inserted: (id, root, rowid).
 struct Folded {
     deleted: Vec<TaskId>,
     new_rows: Vec<(TaskId, TaskId, i64)>,
+    released: Vec<(TaskId, i64)>,
 }
 
 /// Moves queued writes into `group` (at most `max`), or takes the read job
@@ -292,17 +394,18 @@ pub(super) fn writer_loop(mut w: Writer, shared: &Shared, max: usize, path: &Pat
             match r {
                 Ok(folded) => {
                     shared.stats.committed(took, part.len());
+                    // The maps first: a reader that waited for a ticket
+                    // finds its rows in them.
+                    w.fold(folded);
                     match &shared.sync {
                         // Durable once the syncer's next fsync returns.
                         Some(sync) => {
                             sync.state.lock().committed = last;
                             sync.wake.notify_one();
                         }
-                        // Durable now: release the writers first; the writer's
-                        // own maps can wait.
+                        // Durable now.
                         None => shared.queue.mark.advance(Ticket(last)),
                     }
-                    w.fold(folded);
                     from = to;
                     if let WriterState::Full { retry } = &mut state
                         && let Some(next) = group.get(from)

@@ -1,0 +1,263 @@
+//! The finished trees the runtime let go of ([`Elsewhere`] for a single
+//! instance on a store that answers for them, the SQLite file;
+//! `docs/durability.md`, "Finished trees"): read from the store with the
+//! code that shows a cluster's stored rows (`server/stored.rs`), their
+//! commands answered by the lifecycle code on the tree rebuilt from its
+//! rows. Lists come from the store too, live trees included (their rows
+//! hold what was shown of them: nothing is shown before it is durable),
+//! so a list pages through a server's history as one list.
+
+use std::sync::Arc;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use futures::future::BoxFuture;
+use futures::stream::{BoxStream, StreamExt};
+use serde_json::Value;
+
+#[cfg(feature = "ui")]
+use super::TreeOfRows;
+use super::{Answer, Elsewhere, Page};
+use crate::core::ForestConfig;
+use crate::model::{AckResult, ClientView, DetailedTask, ErrorCode, ErrorObject, TaskId, Timestamp};
+#[cfg(feature = "ui")]
+use crate::runtime::view::TreeSummary;
+use crate::runtime::{Applied, command_on_stored};
+use crate::server::reply::{invalid, runtime_error, store_error, task_result};
+use crate::server::request::TaskCommand;
+use crate::server::stored::{detailed, record};
+#[cfg(feature = "ui")]
+use crate::server::stored::{summary, trees_of};
+use crate::store::{FinishedTrees, StoreError, TaskStore};
+
+/// The finished trees a single instance's runtime let go of, in its store.
+pub(crate) struct Finished {
+    store: Arc<dyn TaskStore>,
+    forest: Arc<ForestConfig>,
+}
+
+impl Finished {
+    /// Over `store`, whose [`TaskStore::finished`] is `Some`; `forest` is
+    /// the runtime's (for commands on a rebuilt tree).
+    pub(crate) fn new(store: Arc<dyn TaskStore>, forest: Arc<ForestConfig>) -> Finished {
+        debug_assert!(store.finished().is_some());
+        Finished { store, forest }
+    }
+
+    /// `f` on the store's reads, on a blocking thread.
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn FinishedTrees) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, ErrorObject> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            let reads = store.finished().expect("a store that answers for finished trees");
+            f(reads)
+        })
+        .await
+        .map_err(|e| {
+            ErrorObject::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!("a read of the task store failed: {e}"),
+            )
+        })?
+        .map_err(store_error)
+    }
+
+    /// Waits until everything submitted so far is durable: rows read from
+    /// the store are committed, and a live tree's rows may not be durable
+    /// yet (a finished tree let go of is: it was before it was let go).
+    async fn durable(&self) -> Result<(), ErrorObject> {
+        let last = self.store.last_ticket();
+        if self.store.is_durable(last).map_err(store_error)? {
+            return Ok(());
+        }
+        self.store.wait_durable(last).await.map_err(store_error)
+    }
+}
+
+impl Elsewhere for Finished {
+    fn get<'a>(
+        &'a self,
+        id: TaskId,
+        principal: &'a str,
+        view: ClientView,
+    ) -> BoxFuture<'a, Result<Option<DetailedTask>, ErrorObject>> {
+        Box::pin(async move {
+            let Some(row) = self.read(move |r| r.read_task(id)).await? else {
+                return Ok(None);
+            };
+            if row.owner.as_deref() != Some(principal) {
+                return Ok(None);
+            }
+            let task = detailed(row, view).map_err(store_error)?;
+            // A live task is the runtime's to show; one read here (a tree
+            // created a moment ago) is shown once durable.
+            if !task.status().is_terminal() {
+                self.durable().await?;
+            }
+            Ok(Some(task))
+        })
+    }
+
+    fn command<'a>(
+        &'a self,
+        id: TaskId,
+        principal: &'a str,
+        command: &'a TaskCommand,
+        _view: ClientView,
+    ) -> BoxFuture<'a, Result<Value, ErrorObject>> {
+        Box::pin(async move {
+            let rows = self.read(move |r| r.read_trees(&[id])).await?;
+            let Some(root) = rows
+                .iter()
+                .find(|(t, _)| t.parent.is_none() && t.owner.as_deref() == Some(principal))
+                .map(|(t, _)| t.id)
+            else {
+                return Err(ErrorObject::task_not_found());
+            };
+            let records = rows
+                .iter()
+                .map(|(t, _)| record(t))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(store_error)?;
+            let now = Timestamp::now();
+            let answer =
+                match command_on_stored(&self.forest, root, records, id, command.command.clone(), now)
+                    .map_err(runtime_error)?
+                {
+                    Applied::Ack => Answer::Ack(AckResult::new()),
+                    Applied::Task(snap) => Answer::Task(Box::new(task_result(*snap))),
+                };
+            serde_json::to_value(answer)
+                .map_err(|e| ErrorObject::new(ErrorCode::INTERNAL_ERROR, e.to_string()))
+        })
+    }
+
+    fn watch(&self, id: TaskId, principal: &str, view: ClientView) -> BoxStream<'static, DetailedTask> {
+        // A finished task does not change: its one snapshot, then the end.
+        let this = Finished {
+            store: self.store.clone(),
+            forest: self.forest.clone(),
+        };
+        let principal = principal.to_owned();
+        futures::stream::once(async move { this.get(id, &principal, view).await.ok().flatten() })
+            .filter_map(std::future::ready)
+            .boxed()
+    }
+
+    fn list<'a>(
+        &'a self,
+        principal: &'a str,
+        cursor: Option<&'a str>,
+        limit: usize,
+        view: ClientView,
+    ) -> Option<BoxFuture<'a, Result<Page, ErrorObject>>> {
+        Some(Box::pin(async move {
+            let after = match cursor {
+                None => (0, 0),
+                Some(c) => decode_cursor(c).ok_or_else(|| invalid("invalid cursor for tasks/list"))?,
+            };
+            let owner = principal.to_owned();
+            let rows = self.read(move |r| r.list_tasks(&owner, after, limit)).await?;
+            self.durable().await?;
+            let full = rows.len() == limit;
+            let mut out = Vec::with_capacity(rows.len());
+            let mut last = after;
+            for (at, row) in rows {
+                last = at;
+                out.push(detailed(row, view).map_err(store_error)?);
+            }
+            Ok((out, full.then(|| encode_cursor(last))))
+        }))
+    }
+
+    #[cfg(feature = "ui")]
+    fn roots<'a>(
+        &'a self,
+        principal: &'a str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Option<BoxFuture<'a, Result<Vec<TreeSummary>, ErrorObject>>> {
+        Some(Box::pin(async move {
+            let owner = principal.to_owned();
+            let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+            let roots = self.read(move |r| r.list_roots(&owner, before, limit)).await?;
+            self.durable().await?;
+            roots
+                .into_iter()
+                .map(summary)
+                .collect::<Result<_, _>>()
+                .map_err(store_error)
+        }))
+    }
+
+    #[cfg(feature = "ui")]
+    fn tree_rows<'a>(
+        &'a self,
+        ids: Vec<TaskId>,
+        principal: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<TreeOfRows>, ErrorObject>> {
+        Box::pin(async move {
+            let tasks = self.read(move |r| r.read_trees(&ids)).await?;
+            // A live tree's rows are shown once durable (a finished one's are).
+            if tasks
+                .iter()
+                .any(|(t, _)| record(t).map_or(true, |r| !r.is_terminal()))
+            {
+                self.durable().await?;
+            }
+            Ok(trees_of(tasks, principal)
+                .map_err(store_error)?
+                .into_iter()
+                .map(|(root, tool, rows)| TreeOfRows { root, tool, rows })
+                .collect())
+        })
+    }
+
+    #[cfg(feature = "ui")]
+    fn tree_changes(&self, _: TaskId) -> BoxStream<'static, ()> {
+        // A tree that is not held here is finished: it does not change.
+        futures::stream::empty().boxed()
+    }
+
+    fn fenced(&self) -> Option<BoxFuture<'static, ()>> {
+        None
+    }
+
+    fn fenced_error(&self) -> Option<ErrorObject> {
+        None
+    }
+}
+
+/// A `tasks/list` cursor read from the store: the list positions of the
+/// last tree and task listed.
+fn encode_cursor((tree, task): (i64, i64)) -> String {
+    URL_SAFE_NO_PAD.encode(format!("subtask-filelist:{tree}:{task}"))
+}
+
+fn decode_cursor(raw: &str) -> Option<(i64, i64)> {
+    let bytes = URL_SAFE_NO_PAD.decode(raw).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (tree, task) = text.strip_prefix("subtask-filelist:")?.split_once(':')?;
+    Some((tree.parse().ok()?, task.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_cursors_round_trip_and_garbage_is_refused() {
+        let p = (42, 7);
+        assert_eq!(decode_cursor(&encode_cursor(p)), Some(p));
+        for bad in [
+            "",
+            "x",
+            &URL_SAFE_NO_PAD.encode("subtask-filelist:1"),
+            &URL_SAFE_NO_PAD.encode("subtask-dblist:1:2"),
+        ] {
+            assert_eq!(decode_cursor(bad), None, "{bad}");
+        }
+    }
+}

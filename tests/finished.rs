@@ -1,0 +1,279 @@
+//! Finished trees leave memory (`RuntimeConfig::release_finished_after`;
+//! `docs/durability.md`, "Finished trees"), on a real SQLite file: the
+//! runtime lets a finished, durable tree go after its grace; the store
+//! answers for it, no longer loads it at start, and deletes it once its
+//! deletion time passes. A live tree is never let go.
+
+#[path = "support/until.rs"]
+mod until;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use subtask::core::{ClientView, RootOptions};
+use subtask::model::{JsonObject, TaskId, TaskStatus};
+use subtask::runtime::{Runtime, RuntimeConfig, SubtaskOptions, TaskContext};
+use subtask::store::{SqliteConfig, SqliteStore, StoredTask, TaskStore, TreeMeta, WriteBatch, WriteOp};
+use until::until;
+
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let p = std::env::temp_dir().join(format!("subtask-finished-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Dir(p)
+    }
+    fn db(&self) -> PathBuf {
+        self.0.join("tasks.db")
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn open(dir: &Dir) -> Arc<SqliteStore> {
+    Arc::new(SqliteStore::open(SqliteConfig::new(dir.db())).expect("open the store"))
+}
+
+fn config(after: Duration) -> RuntimeConfig {
+    RuntimeConfig {
+        release_finished_after: Some(after),
+        ..RuntimeConfig::default()
+    }
+}
+
+fn text(s: &str) -> JsonObject {
+    json!({"content": [{"type": "text", "text": s}]})
+        .as_object()
+        .unwrap()
+        .clone()
+        .into()
+}
+
+/// A root with three children that complete at once.
+fn tree(rt: &Runtime) -> TaskId {
+    rt.spawn(RootOptions::default(), |ctx: TaskContext| async move {
+        let mut kids = Vec::new();
+        for i in 0..3 {
+            kids.push(
+                ctx.spawn_subtask(SubtaskOptions::default(), move |_| async move {
+                    Ok(text(&format!("leaf {i}")))
+                })
+                .expect("spawn"),
+            );
+        }
+        for k in kids {
+            k.outcome().await;
+        }
+        Ok(text("root"))
+    })
+}
+
+fn children(rt: &Runtime, id: TaskId) -> Vec<TaskId> {
+    rt.get(id, ClientView::BASE)
+        .map(|t| t.task().child_task_ids.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_tree_leaves_memory_after_its_grace_and_the_file_answers_for_it() {
+    let dir = Dir::new("release");
+    let store = open(&dir);
+    let rt = Runtime::with_store(config(Duration::from_millis(300)), store.clone());
+    // A live tree that must stay: its root waits until told to end.
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let live = rt.spawn(RootOptions::default(), |_ctx: TaskContext| async move {
+        let _ = rx.await;
+        Ok(text("late"))
+    });
+    let root = tree(&rt);
+    until("the tree to complete", || {
+        rt.get(root, ClientView::BASE).map(|t| t.status()) == Some(TaskStatus::Completed)
+    })
+    .await;
+    let kids = children(&rt, root);
+    assert_eq!(kids.len(), 3);
+    let before: Vec<_> = std::iter::once(root)
+        .chain(kids.iter().copied())
+        .map(|id| rt.get(id, ClientView::BASE).expect("held"))
+        .collect();
+    let ended_at = std::time::Instant::now();
+    until("the finished tree to leave memory", || {
+        rt.get(root, ClientView::BASE).is_none()
+    })
+    .await;
+    assert!(
+        ended_at.elapsed() >= Duration::from_millis(250),
+        "let go before its grace: {:?}",
+        ended_at.elapsed()
+    );
+    for k in &kids {
+        assert!(
+            rt.get(*k, ClientView::BASE).is_none(),
+            "a subtask stayed in memory"
+        );
+    }
+    assert!(rt.get(live, ClientView::BASE).is_some(), "a live tree was let go");
+    // The file answers with what the runtime showed.
+    let reads = store.finished().expect("SQLite answers for finished trees");
+    for shown in &before {
+        let id = shown.task().task_id;
+        let row = reads.read_task(id).unwrap().expect("stored");
+        let rec = subtask::core::decode_state(id, row.root, row.parent, row.position, &row.state).unwrap();
+        assert_eq!(
+            &rec.detailed(row.children.clone(), ClientView::BASE),
+            shown,
+            "task {id}"
+        );
+    }
+    // Held until told to end, then let go too.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(rt.get(live, ClientView::BASE).is_some(), "a live tree was let go");
+    tx.send(()).unwrap();
+    until("the second tree to leave memory", || {
+        rt.get(live, ClientView::BASE).is_none()
+    })
+    .await;
+    assert!(reads.read_task(live).unwrap().is_some());
+}
+
+#[test]
+fn a_let_go_tree_is_not_loaded_at_start_and_live_ones_are() {
+    let dir = Dir::new("restart");
+    let (finished, live) = {
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let store = open(&dir);
+        let ids = tokio.block_on(async {
+            let rt = Runtime::with_store(config(Duration::ZERO), store.clone());
+            let finished = tree(&rt);
+            until("the finished tree to leave memory", || {
+                rt.get(finished, ClientView::BASE).is_none()
+            })
+            .await;
+            let live = rt.spawn(RootOptions::default(), |_ctx: TaskContext| std::future::pending());
+            rt.flushed(live).await.unwrap();
+            // The release's own write is durable too.
+            store.flush().unwrap();
+            (finished, live)
+        });
+        tokio.shutdown_timeout(Duration::from_secs(5));
+        for _ in 0..1000 {
+            if Arc::strong_count(&store) == 1 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(store);
+        ids
+    };
+    let store = open(&dir);
+    let loaded = store.load().unwrap();
+    let roots: Vec<TaskId> = loaded.iter().map(|t| t.meta.root).collect();
+    assert_eq!(roots, vec![live], "only the live tree is loaded");
+    let row = store
+        .finished()
+        .unwrap()
+        .read_task(finished)
+        .unwrap()
+        .expect("still stored");
+    assert_eq!(row.children.len(), 3);
+}
+
+/// A released tree past its deletion time reads as absent at once, and the
+/// sweeper deletes its rows.
+#[test]
+fn the_store_deletes_a_let_go_tree_once_its_deletion_time_passes() {
+    let dir = Dir::new("sweep");
+    let store = open(&dir);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let task = |id: u128, parent: Option<u128>, position: u32| StoredTask {
+        id: TaskId::from_u128(id),
+        root: TaskId::from_u128(1),
+        parent: parent.map(TaskId::from_u128),
+        position,
+        version: 0,
+        state: "{}".into(),
+    };
+    let kept = |id: u128| StoredTask {
+        id: TaskId::from_u128(id),
+        root: TaskId::from_u128(id),
+        parent: None,
+        position: 0,
+        version: 0,
+        state: "{}".into(),
+    };
+    let meta = |root: u128| TreeMeta {
+        root: TaskId::from_u128(root),
+        owner: Some("alice".into()),
+        resumable: false,
+        launch: None,
+    };
+    store.submit(WriteBatch {
+        root: TaskId::from_u128(1),
+        version: 1,
+        ops: vec![
+            WriteOp::PutTree(meta(1)),
+            WriteOp::PutTask(task(1, None, 0)),
+            WriteOp::PutTask(task(2, Some(1), 0)),
+            WriteOp::PutTask(task(3, Some(1), 1)),
+        ],
+    });
+    store.submit(WriteBatch {
+        root: TaskId::from_u128(9),
+        version: 1,
+        ops: vec![WriteOp::PutTree(meta(9)), WriteOp::PutTask(kept(9))],
+    });
+    store.submit(WriteBatch {
+        root: TaskId::from_u128(9),
+        version: 2,
+        ops: vec![WriteOp::Release {
+            root: TaskId::from_u128(9),
+            delete_at: Some(now + 3_600_000),
+        }],
+    });
+    store.submit(WriteBatch {
+        root: TaskId::from_u128(1),
+        version: 2,
+        ops: vec![WriteOp::Release {
+            root: TaskId::from_u128(1),
+            delete_at: Some(now.saturating_sub(1)),
+        }],
+    });
+    store.flush().unwrap();
+    let reads = store.finished().unwrap();
+    for id in [1, 2, 3] {
+        assert!(
+            reads.read_task(TaskId::from_u128(id)).unwrap().is_none(),
+            "task {id} past its deletion time"
+        );
+    }
+    let count = || {
+        rusqlite::Connection::open(dir.db())
+            .unwrap()
+            .query_row("SELECT count(*) FROM tasks", [], |r| r.get::<_, i64>(0))
+            .unwrap()
+    };
+    let t0 = std::time::Instant::now();
+    while count() != 1 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the sweep did not delete the tree"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        reads.read_task(TaskId::from_u128(9)).unwrap().is_some(),
+        "a tree not yet due was deleted"
+    );
+    assert!(store.load().unwrap().is_empty(), "a released tree was loaded");
+}
