@@ -128,7 +128,12 @@ pub(crate) fn start_subtask_with(store: &Store, oauth: Option<subtask::server::O
         }
     };
     let addr = rt.block_on(async {
-        let config = RuntimeConfig::default();
+        // As `subtask serve` runs: finished trees leave memory after 2 s
+        // (`--keep-finished`; with SQLite only, which answers for them).
+        let config = RuntimeConfig {
+            release_finished_after: Some(Duration::from_secs(2)),
+            ..RuntimeConfig::default()
+        };
         let runtime = match opened {
             None => Runtime::new(config),
             Some(store) => Runtime::with_store(config, store),
