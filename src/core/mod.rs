@@ -23,6 +23,7 @@ mod record;
 mod table;
 #[cfg(test)]
 mod tests;
+mod timeline;
 
 /// Re-exported from [`model`](crate::model), where the runtime's API names them.
 pub use crate::model::{CancelOutcome, ClientView, RootOptions};
@@ -40,3 +41,4 @@ pub use record::{
     Active, Ending, HandlerOutcome, HandlerState, InputBook, PauseState, Phase, TaskRecord, Terminal,
 };
 pub use table::Slot;
+pub use timeline::{Mark, Stage, TIMELINE_MARKS, Timeline};
