@@ -6,9 +6,9 @@
 //! The forest records it in its command plumbing (`Forest::end`), from the
 //! state each command leaves a task in, at the command's `now`: it reads no
 //! clock of its own and changes no decision of the lifecycle. It must not
-//! grow without bound: a task keeps its first [`TIMELINE_MARKS`]` - 1`
-//! changes and its latest one, and counts the changes it dropped between
-//! them (a task paused and resumed 10,000 times holds 16 marks).
+//! grow without bound: a task keeps its first 15 changes and its latest
+//! one ([`TIMELINE_MARKS`] in all), and counts the changes it dropped
+//! between them (a task paused and resumed 10,000 times holds 16 marks).
 //!
 //! A timeline is not stored: a tree restored from a store, or read by
 //! another cluster instance from the database, starts with one
