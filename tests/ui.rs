@@ -503,3 +503,46 @@ async fn a_trees_rows_carry_each_tasks_stages_in_the_order_they_happened() {
         "the root ends after its children"
     );
 }
+
+#[tokio::test]
+async fn a_task_started_after_its_dependencies_shows_it_waited_for_them_until_the_last_ended() {
+    let (addr, base) = start(true).await;
+    let alice = Client::new(addr, full_caps()).with_token(ALICE);
+    // deep_research chains each sub-question's steps with `after`, and
+    // starts sub-question n after sub-question n - 2.
+    let root = alice
+        .start_task(
+            "deep_research",
+            json!({"question": "How do MCP tasks handle failures?"}),
+        )
+        .await;
+    alice.until_status(&root, "completed").await;
+    let (status, tree) = get(&base, &format!("/ui/api/trees/{root}"), Some(ALICE)).await;
+    assert_eq!(status, 200, "{tree}");
+    let rows = tree["rows"].as_array().unwrap();
+    let ended = |r: &Value| stages(r).last().filter(|(s, _)| s == "ended").map(|(_, t)| *t);
+    let mut waited = 0;
+    for r in rows {
+        let s = stages(r);
+        if s.first().map(|(n, _)| n.as_str()) != Some("dependencies") {
+            assert!(!names(&s).contains(&"dependencies"), "{r}");
+            continue;
+        }
+        waited += 1;
+        assert_eq!(
+            s[0].1,
+            r["created"].as_u64().unwrap(),
+            "waits from its creation: {r}"
+        );
+        let left = s[1].1;
+        // Then queued for a slot (if only for a moment), then running.
+        assert_eq!(names(&s)[1..3], ["queued", "running"], "{r}");
+        // It left the stage at the time its last dependency, an earlier
+        // sibling, ended (the same command).
+        let by_sibling = rows.iter().any(|o| {
+            o["parent"] == r["parent"] && o["pos"].as_u64() < r["pos"].as_u64() && ended(o) == Some(left)
+        });
+        assert!(by_sibling, "no earlier sibling ended at {left}: {r}");
+    }
+    assert!(waited >= 3, "{waited} tasks waited for dependencies");
+}
