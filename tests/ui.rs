@@ -396,3 +396,153 @@ async fn a_tree_reads_in_pre_order_and_its_live_stream_ends_with_the_tree() {
         );
     }
 }
+
+/// A row's timeline: its stages in order and when each began, in
+/// milliseconds since the epoch.
+fn stages(row: &Value) -> Vec<(String, u64)> {
+    let created = row["created"].as_u64().unwrap();
+    row["phases"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a row carries its phases: {row}"))
+        .iter()
+        .map(|p| {
+            (
+                p[0].as_str().unwrap().to_owned(),
+                created + p[1].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn names(stages: &[(String, u64)]) -> Vec<&str> {
+    stages.iter().map(|(s, _)| s.as_str()).collect()
+}
+
+/// The stage `stages` says the task was in at `at` ("queued" before the first mark).
+fn stage_at(stages: &[(String, u64)], at: u64) -> &str {
+    stages
+        .iter()
+        .rev()
+        .find(|(_, t)| *t <= at)
+        .map_or("queued", |(s, _)| s.as_str())
+}
+
+#[tokio::test]
+async fn a_trees_rows_carry_each_tasks_stages_in_the_order_they_happened() {
+    let (addr, base) = start(true).await;
+    let alice = Client::new(addr, full_caps()).with_token(ALICE);
+    // The root spawns two leaves, runs 5 steps of 100 ms, then awaits its
+    // children in order; leaf 0.1 first asks for input.
+    let root = alice
+        .start_task(
+            "fanout",
+            json!({"width": 2, "depth": 1, "steps": 5, "stepMs": 100, "inputAt": "0.1"}),
+        )
+        .await;
+    let kids = alice.until_children(&root, 2).await;
+    let (c0, c1) = (&kids[0], &kids[1]);
+    // Leaf 0.0 is paused for a while in the middle of its steps.
+    alice.call("tasks/pause", json!({"taskId": c0})).await;
+    alice.until_status(c0, "paused").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    alice.call("tasks/resume", json!({"taskId": c0})).await;
+    alice.until_status(c1, "input_required").await;
+    // Wait until the root awaits its children (leaf 0.1, which waits for input).
+    let rows_of = |t: &Value| -> Vec<Value> { t["rows"].as_array().unwrap().clone() };
+    let mut awaiting = false;
+    for _ in 0..500 {
+        let (_, t) = get(&base, &format!("/ui/api/trees/{root}"), Some(ALICE)).await;
+        let rows = rows_of(&t);
+        if names(&stages(&rows[0])).last() == Some(&"children") {
+            awaiting = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(awaiting, "the root's timeline reaches 'children'");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    alice
+        .call(
+            "tasks/update",
+            json!({"taskId": c1, "inputResponses": {"confirm-0.1": {"action": "accept", "content": {}}}}),
+        )
+        .await;
+    alice.until_status(&root, "completed").await;
+
+    let (status, tree) = get(&base, &format!("/ui/api/trees/{root}"), Some(ALICE)).await;
+    assert_eq!(status, 200, "{tree}");
+    let rows = rows_of(&tree);
+    let row = |id: &str| rows.iter().find(|r| r["id"] == id).unwrap().clone();
+    let (r_root, r0, r1) = (row(&root), row(c0), row(c1));
+    for r in [&r_root, &r0, &r1] {
+        let s = stages(r);
+        assert!(s.windows(2).all(|w| w[0].1 <= w[1].1), "marks in time order: {r}");
+        // A terminal task's bar ends when it ended: its last update.
+        assert_eq!(
+            s.last().map(|(n, t)| (n.as_str(), *t)),
+            Some(("ended", r["updated"].as_u64().unwrap())),
+            "{r}"
+        );
+        assert!(r.get("elided").is_none(), "{r}");
+    }
+    let s0 = stages(&r0);
+    assert_eq!(names(&s0), ["running", "paused", "running", "ended"], "{r0}");
+    assert!(s0[2].1 - s0[1].1 >= 200, "paused for 200 ms at least: {r0}");
+    let s1 = stages(&r1);
+    assert_eq!(names(&s1), ["running", "input", "running", "ended"], "{r1}");
+    let sr = stages(&r_root);
+    assert_eq!(sr.first().map(|(n, _)| n.as_str()), Some("running"), "{r_root}");
+    // The root awaited its children while leaf 0.1 waited for input, and
+    // ran again (its last checkpoint) only once that leaf had ended.
+    let answered = s1[2].1;
+    assert_eq!(stage_at(&sr, answered - 1), "children", "{r_root} / {r1}");
+    let leaf_ended = s1[3].1;
+    assert_eq!(stage_at(&sr, leaf_ended - 1), "children", "{r_root} / {r1}");
+    assert!(
+        sr.last().unwrap().1 >= leaf_ended,
+        "the root ends after its children"
+    );
+}
+
+#[tokio::test]
+async fn a_task_started_after_its_dependencies_shows_it_waited_for_them_until_the_last_ended() {
+    let (addr, base) = start(true).await;
+    let alice = Client::new(addr, full_caps()).with_token(ALICE);
+    // deep_research chains each sub-question's steps with `after`, and
+    // starts sub-question n after sub-question n - 2.
+    let root = alice
+        .start_task(
+            "deep_research",
+            json!({"question": "How do MCP tasks handle failures?"}),
+        )
+        .await;
+    alice.until_status(&root, "completed").await;
+    let (status, tree) = get(&base, &format!("/ui/api/trees/{root}"), Some(ALICE)).await;
+    assert_eq!(status, 200, "{tree}");
+    let rows = tree["rows"].as_array().unwrap();
+    let ended = |r: &Value| stages(r).last().filter(|(s, _)| s == "ended").map(|(_, t)| *t);
+    let mut waited = 0;
+    for r in rows {
+        let s = stages(r);
+        if s.first().map(|(n, _)| n.as_str()) != Some("dependencies") {
+            assert!(!names(&s).contains(&"dependencies"), "{r}");
+            continue;
+        }
+        waited += 1;
+        assert_eq!(
+            s[0].1,
+            r["created"].as_u64().unwrap(),
+            "waits from its creation: {r}"
+        );
+        let left = s[1].1;
+        // Then queued for a slot (if only for a moment), then running.
+        assert_eq!(names(&s)[1..3], ["queued", "running"], "{r}");
+        // It left the stage at the time its last dependency, an earlier
+        // sibling, ended (the same command).
+        let by_sibling = rows.iter().any(|o| {
+            o["parent"] == r["parent"] && o["pos"].as_u64() < r["pos"].as_u64() && ended(o) == Some(left)
+        });
+        assert!(by_sibling, "no earlier sibling ended at {left}: {r}");
+    }
+    assert!(waited >= 3, "{waited} tasks waited for dependencies");
+}

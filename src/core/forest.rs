@@ -19,6 +19,7 @@ use super::effect::Effect;
 use super::error::{Limit, TransitionError};
 use super::record::{Active, Child, HandlerState, PauseState, Phase, TaskRecord};
 use super::table::{Slot, TaskTable};
+use super::timeline::Timeline;
 use crate::model::{ClientView, DetailedTask, RootOptions, TaskId, TaskStatus, Timestamp};
 
 /// A timer in the ordered deadline structure.
@@ -296,6 +297,8 @@ impl Forest {
                 continue;
             };
             rec.last_updated_at = now;
+            // The timeline, at the time just stamped: no clock read.
+            rec.note_stage(now);
             let to = rec.status();
             let id = rec.id;
             if to.is_terminal() {
@@ -460,7 +463,9 @@ impl Forest {
                 pause,
                 ending: None,
                 waits: 0,
+                awaiting_dependencies: false,
             })),
+            timeline: Timeline::default(),
             touch_epoch: 0,
             expiry_timer: None,
             delete_timer: None,

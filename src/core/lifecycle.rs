@@ -73,9 +73,53 @@ impl Forest {
         self.begin(now);
         if let Some(a) = self.rec_mut(id).active_mut() {
             a.handler = HandlerState::Running;
+            a.awaiting_dependencies = false;
         }
         self.end();
         Ok(())
+    }
+
+    /// The driver holds back a queued task's handler until its `after`
+    /// dependencies end, saying so in its status message. Its timeline
+    /// shows it waiting for dependencies until [`Forest::dependencies_met`].
+    ///
+    /// # Errors
+    ///
+    /// `UnknownTask`, `Terminal`, `AlreadyStarted`.
+    pub fn await_dependencies(
+        &mut self,
+        now: Timestamp,
+        id: TaskId,
+        message: Option<String>,
+    ) -> Result<(), TransitionError> {
+        let (_, a) = self.get_active(id)?;
+        if a.handler != HandlerState::Queued {
+            return Err(TransitionError::AlreadyStarted(id));
+        }
+        self.begin(now);
+        let rec = self.rec_mut(id);
+        rec.message = message;
+        if let Some(a) = rec.active_mut() {
+            a.awaiting_dependencies = true;
+        }
+        self.end();
+        Ok(())
+    }
+
+    /// The last `after` dependency of the task in `slot` ended: it queues
+    /// for a scheduler slot. Marks its timeline at the time of the latest
+    /// command (the one that ended the dependency) and emits nothing: the
+    /// driver calls it while it handles that command's effects.
+    pub fn dependencies_met(&mut self, slot: Slot) {
+        let now = self.now;
+        let Some(rec) = self.tasks.at_mut(slot) else {
+            return;
+        };
+        let Some(a) = rec.active_mut().filter(|a| a.awaiting_dependencies) else {
+            return;
+        };
+        a.awaiting_dependencies = false;
+        rec.note_stage(now);
     }
 
     /// Sets (or clears) the handler's status message.

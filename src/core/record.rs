@@ -11,6 +11,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::table::Slot;
+use super::timeline::{Stage, Timeline};
 use crate::model::{
     ClientView, DetailedTask, ErrorObject, JsonObject, Task, TaskId, TaskOutcome, TaskPayload, TaskStatus,
     Timestamp,
@@ -111,6 +112,12 @@ pub struct Active {
     /// a pause takes effect at once.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub waits: u32,
+    /// The handler is not started because `after` dependencies are
+    /// pending ([`Forest::await_dependencies`](super::Forest::await_dependencies)).
+    /// Kept for the timeline only (it is [`Stage::Dependencies`] there);
+    /// not stored.
+    #[serde(skip)]
+    pub awaiting_dependencies: bool,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -241,6 +248,8 @@ pub struct TaskRecord {
     /// Allocated on the first input request.
     pub(crate) inputs: Option<Box<InputBook>>,
     pub(crate) phase: Phase,
+    /// When the task entered each stage (`timeline.rs`), for the web view.
+    pub(crate) timeline: Timeline,
     /// Command epoch in which this record was last touched (effect bookkeeping).
     pub(crate) touch_epoch: u64,
     /// Timers currently armed for this task.
@@ -414,6 +423,44 @@ impl TaskRecord {
     pub(crate) fn clear_outstanding(&mut self) {
         if let Some(b) = self.inputs.as_mut() {
             b.outstanding.clear();
+        }
+    }
+
+    /// When the task entered each stage of its life (the web view's timeline).
+    pub fn timeline(&self) -> &Timeline {
+        &self.timeline
+    }
+
+    /// The stage the task is in now, derived from its state: ended once
+    /// terminal; otherwise paused, else waiting for input, else what its
+    /// handler does (queued or waiting for dependencies, running, awaiting
+    /// a subtask or, once returned, its children).
+    pub fn stage(&self) -> Stage {
+        let a = match &self.phase {
+            Phase::Terminal(_) => return Stage::Ended,
+            Phase::Active(a) => a,
+        };
+        if matches!(a.pause, PauseState::Paused { .. }) {
+            return Stage::Paused;
+        }
+        if self.has_outstanding_inputs() {
+            return Stage::Input;
+        }
+        match a.handler {
+            HandlerState::Queued if a.awaiting_dependencies => Stage::Dependencies,
+            HandlerState::Queued => Stage::Queued,
+            HandlerState::Running if a.waits > 0 => Stage::Children,
+            HandlerState::Running => Stage::Running,
+            HandlerState::Exited(_) => Stage::Children,
+        }
+    }
+
+    /// Marks the task's timeline when its stage changed, at `now` (the
+    /// time of the command that changed it: no clock is read).
+    pub(crate) fn note_stage(&mut self, now: Timestamp) {
+        let stage = self.stage();
+        if stage != self.timeline.current() {
+            self.timeline.push(stage, now.millis_since(self.created_at));
         }
     }
 

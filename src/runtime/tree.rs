@@ -314,7 +314,7 @@ pub(crate) fn admit(
         let rare = st.rt.entry(slot).rare_mut();
         rare.pending_deps = pending.len() as u32;
         rare.job = Some(job);
-        let _ = st.forest.set_status_message(
+        let _ = st.forest.await_dependencies(
             now,
             id,
             Some(format!("queued: waiting for {} dependencies", pending.len())),
@@ -346,9 +346,10 @@ pub(crate) fn dependency_done(st: &mut TreeState, dependent: Slot, post: &mut Po
         return;
     };
     rare.pending_deps = rare.pending_deps.saturating_sub(1);
-    if rare.pending_deps == 0
-        && let Some(job) = rare.job.take()
-    {
-        post.submit(job, false);
+    if rare.pending_deps == 0 {
+        st.forest.dependencies_met(dependent);
+        if let Some(job) = rare.job.take() {
+            post.submit(job, false);
+        }
     }
 }

@@ -12,7 +12,7 @@ use super::Runtime;
 use super::owner::Owner;
 use super::tree::TreeCell;
 use crate::core::ClientView;
-use crate::core::Forest;
+use crate::core::{Forest, Timeline};
 use crate::model::{DetailedTask, TaskId, TaskStatus, Timestamp};
 use crate::store::Ticket;
 
@@ -32,6 +32,9 @@ pub(crate) struct TaskRow {
     pub(crate) children_ended: u32,
     /// Outstanding input requests.
     pub(crate) inputs: u32,
+    /// When the task entered each stage (one [`Stage::Unrecorded`](crate::core::Stage)
+    /// mark for a row read from a store: timelines are not stored).
+    pub(crate) timeline: Timeline,
 }
 
 /// Number of wire statuses.
@@ -90,6 +93,7 @@ impl TaskRow {
             children: u32::try_from(children).unwrap_or(u32::MAX),
             children_ended: u32::try_from(ended).unwrap_or(u32::MAX),
             inputs: u32::try_from(rec.outstanding_inputs().len()).unwrap_or(u32::MAX),
+            timeline: rec.timeline().clone(),
         }
     }
 }

@@ -158,7 +158,14 @@ async fn me(State(state): State<AppState>, Caller(p, _): Caller) -> Response {
 }
 
 fn row_json(r: &TaskRow) -> Value {
-    json!({
+    // The timeline as `[stage, ms after creation]` pairs, oldest first.
+    let phases: Vec<Value> = r
+        .timeline
+        .marks()
+        .map(|m| json!([m.stage().as_str(), m.at_ms()]))
+        .collect();
+    let elided = r.timeline.marks().last().map_or(0, |m| m.elided());
+    let mut row = json!({
         "id": r.id.to_string(),
         "parent": r.parent.map(|p| p.to_string()),
         "pos": r.position,
@@ -169,7 +176,12 @@ fn row_json(r: &TaskRow) -> Value {
         "kids": r.children,
         "done": r.children_ended,
         "inputs": r.inputs,
-    })
+        "phases": phases,
+    });
+    if elided > 0 {
+        row["elided"] = json!(elided);
+    }
+    row
 }
 
 fn summary_json(t: &TreeSummary) -> Value {

@@ -186,6 +186,32 @@ async function main() {
     await page.click('#act-resume');
     await waitCounts(page, { working: 13, paused: 0 }, 'resume from the page on B: every task works again');
     await untilOn(A, root, 'working', 'instance A says every task works again');
+    // The timeline of a tree held by A, drawn on B from the stored rows:
+    // timelines are not stored, so each bar is one 'unrecorded' stretch
+    // from the task's creation to now (docs/operations.md), in result order.
+    await page.click('#v-timeline');
+    await page.waitForSelector('#tree[data-view="timeline"]', { timeout: 5000 });
+    const order = [];
+    const walk = async (id) => {
+      for (const c of (await mcp(A, ALICE, 'tasks/get', { taskId: id }, id)).childTaskIds || []) await walk(c);
+      order.push(id);
+    };
+    await walk(root);
+    const tlBars = () => page.evaluate(() => [...document.querySelectorAll('#window .row.tl-row')]
+      .sort((a, b) => parseFloat(a.style.top) - parseFloat(b.style.top))
+      .map((r) => ({ id: r.dataset.id, phases: r.querySelector('.tl-bar').dataset.phases, end: Number(r.querySelector('.tl-bar').dataset.end) })));
+    const tl0 = await tlBars();
+    expect(JSON.stringify(tl0.map((b) => b.id)) === JSON.stringify(order), 'B draws the timeline of A\'s tree in result order',
+      JSON.stringify(tl0.map((b) => b.id)));
+    expect(tl0.every((b) => b.phases === 'unrecorded'), 'each bar of a tree held elsewhere is one unrecorded stretch',
+      JSON.stringify(tl0.map((b) => b.phases)));
+    await page.waitForTimeout(1500);
+    const tl1 = await tlBars();
+    expect(tl1[12].end >= tl0[12].end + 1000, 'the root\'s bar grows on B while A runs the tree',
+      `${tl0[12].end} -> ${tl1[12].end}`);
+    await shot(page, 'cluster-3b-timeline-on-b');
+    await page.click('#v-tree');
+    await page.waitForSelector('#tree[data-view="tree"]', { timeout: 5000 });
     await page.fill('#steer-text', 'focus on the first branch');
     await page.click('#act-steer');
     await page.waitForFunction(() => document.getElementById('act-result').textContent === 'steer: done', null, { timeout: 15000 });

@@ -74,6 +74,44 @@ async function waitCounts(page, want, check, timeout = 30000) {
   fail(check, 'the page shows ' + JSON.stringify(seen) + ', expected ' + JSON.stringify(want));
 }
 
+/** Every task of the tree under `id` in result order (I12), from tasks/get. */
+async function resultOrder(token, id) {
+  const t = await mcp(token, 'tasks/get', { taskId: id }, id);
+  const out = [];
+  for (const c of t.childTaskIds || []) out.push(...(await resultOrder(token, c)));
+  out.push(id);
+  return out;
+}
+
+/** The timeline's drawn rows, top to bottom: id, status, the bar's stages and extent. */
+async function bars(page) {
+  return page.evaluate(() => [...document.querySelectorAll('#window .row.tl-row')]
+    .sort((a, b) => parseFloat(a.style.top) - parseFloat(b.style.top))
+    .map((r) => {
+      const b = r.querySelector('.tl-bar');
+      return {
+        id: r.dataset.id,
+        status: r.dataset.status,
+        phases: b ? b.dataset.phases.split(',').filter(Boolean) : [],
+        end: b ? Number(b.dataset.end) : null,
+        width: b ? b.getBoundingClientRect().width : 0,
+        cls: b ? b.className : '',
+      };
+    }));
+}
+
+/** Waits until `pred(bars)` holds; fails the check with the last bars seen. */
+async function waitBars(page, pred, check, timeout = 20000) {
+  const deadline = Date.now() + timeout;
+  let seen = [];
+  while (Date.now() < deadline) {
+    seen = await bars(page);
+    if (pred(seen)) { ok(check); return seen; }
+    await page.waitForTimeout(100);
+  }
+  fail(check, JSON.stringify(seen));
+}
+
 async function shot(page, name) {
   await page.screenshot({ path: `${SHOTS}/${name}.png` });
 }
@@ -146,6 +184,35 @@ async function main() {
     await page.click('#act-resume');
     await waitCounts(page, { working: 13, paused: 0 }, 'resume from the page: every task works again');
 
+    // The timeline: one bar per task, in result order, each with the pause
+    // it went through, the running ones growing to now.
+    await page.click('#v-timeline');
+    await page.waitForSelector('#tree[data-view="timeline"]', { timeout: 5000 });
+    const order = await resultOrder(ALICE, root);
+    const drawnBars = await bars(page);
+    expect(drawnBars.length === 13 && drawnBars.every((b) => b.width > 0), 'the timeline draws a bar for each of the 13 tasks',
+      JSON.stringify(drawnBars));
+    expect(JSON.stringify(drawnBars.map((b) => b.id)) === JSON.stringify(order), 'the bars are in result order',
+      JSON.stringify(drawnBars.map((b) => b.id)) + ' != ' + JSON.stringify(order));
+    expect(drawnBars[12].id === root, 'the root\'s bar comes last', drawnBars[12].id);
+    await waitBars(page, (bs) => bs.length === 13 && bs.every((b) => {
+      const p = b.phases.indexOf('paused');
+      return p >= 0 && b.phases.lastIndexOf('running') > p && b.phases[b.phases.length - 1] === 'running';
+    }), 'every bar shows the pause, then running again');
+    const legend = await page.$$eval('#tl-legend .key', (els) => els.map((e) => e.dataset.stage));
+    expect(['queued', 'dependencies', 'running', 'paused', 'input', 'children'].every((s) => legend.includes(s)),
+      'the timeline has a legend of its stages', JSON.stringify(legend));
+    const span0 = await page.getAttribute('#tl-axis', 'data-span');
+    const look0 = (await bars(page)).find((b) => b.id === root);
+    await page.waitForTimeout(1500);
+    const span1 = await page.getAttribute('#tl-axis', 'data-span');
+    const look1 = (await bars(page)).find((b) => b.id === root);
+    expect(look1.end >= look0.end + 1000 && (span0 !== span1 || look1.width > look0.width),
+      'a running bar grows while the tree runs', JSON.stringify({ look0, look1, span0, span1 }));
+    await shot(page, '3b-timeline-live');
+    await page.click('#v-tree');
+    await page.waitForSelector('#tree[data-view="tree"]', { timeout: 5000 });
+
     // Steer the root from the page.
     await page.fill('#steer-text', 'focus on the second branch');
     await page.click('#act-steer');
@@ -168,6 +235,58 @@ async function main() {
     await page.waitForSelector('#tree[data-ended="true"]', { timeout: 15000 });
     await waitCounts(page, { cancelled: 13 }, 'cancel from the page: every task ends cancelled');
     await shot(page, '5-cancelled');
+
+    // A tree whose timeline has every kind of stage: node 0.1.2 waits for
+    // input, so 0.1 and the root await their children; 0.2 and its
+    // children are paused for a while.
+    const rich = await startFanout(ALICE, { width: 3, depth: 2, steps: 6, stepMs: 250, inputAt: '0.1.2' });
+    await page.goto(`${BASE}/ui#/tree/${rich}`);
+    await page.waitForSelector('#t-total[data-count="13"]', { timeout: 10000 });
+    await page.click('#v-timeline');
+    const richKids = (await mcp(ALICE, 'tasks/get', { taskId: rich }, rich)).childTaskIds;
+    const n01 = richKids[1];
+    const n02 = richKids[2];
+    const n012 = (await mcp(ALICE, 'tasks/get', { taskId: n01 }, n01)).childTaskIds[2];
+    await mcp(ALICE, 'tasks/pause', { taskId: n02 }, n02);
+    await page.waitForTimeout(1000);
+    await mcp(ALICE, 'tasks/resume', { taskId: n02 }, n02);
+    const barOf = (bs, id) => bs.find((b) => b.id === id) || { phases: [] };
+    const lastStage = (b) => b.phases[b.phases.length - 1];
+    await waitBars(page, (bs) => lastStage(barOf(bs, n012)) === 'input' && lastStage(barOf(bs, n01)) === 'children' && lastStage(barOf(bs, rich)) === 'children',
+      'a task waiting for input shows it, and its ancestors await their children');
+    await shot(page, '6a-timeline-input');
+    await page.waitForTimeout(800);
+    const richAll = await resultOrder(ALICE, rich);
+    const n02Subtree = richAll.slice(8, 12);
+    await mcp(ALICE, 'tasks/update', { taskId: n012, inputResponses: { 'confirm-0.1.2': { action: 'accept', content: {} } } }, n012);
+    await page.waitForSelector('#tree[data-ended="true"]', { timeout: 30000 });
+    const done = await waitBars(page, (bs) => bs.length === 13 && bs.every((b) => b.status === 'completed' && b.cls.includes('end-completed')),
+      'every bar of the finished tree ends completed');
+    expect(JSON.stringify(done.map((b) => b.id)) === JSON.stringify(richAll), 'the finished tree\'s bars are in result order',
+      JSON.stringify(done.map((b) => b.id)));
+    const b012 = barOf(done, n012);
+    // It asks for input as it starts: a running (or queued) sliver before
+    // the input stage is drawn only when it lasted a millisecond or more.
+    const i012 = b012.phases.indexOf('input');
+    expect(i012 >= 0 && b012.phases.slice(i012).join(',') === 'input,running'
+      && b012.phases.slice(0, i012).every((p) => p === 'queued' || p === 'running'),
+    'the input task\'s bar: input, then running', b012.phases.join(','));
+    const bRich = barOf(done, rich);
+    expect(bRich.phases[0] === 'running' && bRich.phases.includes('children'), 'the root\'s bar: running, then awaiting children',
+      bRich.phases.join(','));
+    expect(n02Subtree.every((id) => barOf(done, id).phases.includes('paused')), 'the paused subtree\'s bars show the pause',
+      JSON.stringify(n02Subtree.map((id) => barOf(done, id).phases)));
+    expect(done.filter((b) => !n02Subtree.includes(b.id)).every((b) => !b.phases.includes('paused')), 'no other bar shows a pause',
+      JSON.stringify(done.map((b) => b.phases)));
+    await shot(page, '6b-timeline-done');
+    // The README's picture: the tree pane down to its last bar.
+    const clip = await page.evaluate(() => {
+      const pane = document.getElementById('tree-pane').getBoundingClientRect();
+      const rows = [...document.querySelectorAll('#window .row')].map((r) => r.getBoundingClientRect().bottom);
+      return { x: pane.left, y: 0, width: pane.width, height: Math.min(Math.max(...rows) + 10, pane.bottom) };
+    });
+    await page.screenshot({ path: `${SHOTS}/timeline.png`, clip });
+    await page.click('#v-tree');
 
     // Bob sees none of it.
     await page.click('#signout');
@@ -230,6 +349,35 @@ async function main() {
     }
     expect(last === lastId, 'scrolled to the end, the last task in result order is drawn', `${last} != ${lastId}`);
     await shot(page, '7-big-tree');
+    // The same tree as a timeline: still only the visible rows, and its
+    // last bar, at the end of the result order, is the root's.
+    await page.click('#v-timeline');
+    await page.waitForSelector('#tree[data-view="timeline"]', { timeout: 5000 });
+    const tlDrawn = await page.$$eval('#window .row.tl-row', (els) => els.length);
+    expect(tlDrawn > 0 && tlDrawn < 120, 'the 9,724-task timeline draws only the visible bars', tlDrawn + ' bars');
+    const tlLongest = await page.evaluate(async () => {
+      let worst = 0;
+      const obs = new PerformanceObserver((l) => { for (const e of l.getEntries()) worst = Math.max(worst, e.duration); });
+      obs.observe({ type: 'longtask', buffered: false });
+      const box = document.getElementById('rows');
+      for (let i = 0; i <= 30; i++) {
+        box.scrollTop = (box.scrollHeight * i) / 30;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      obs.disconnect();
+      return worst;
+    });
+    console.log(`# longest main-thread task while scrolling the 9724-task timeline: ${Math.round(tlLongest)} ms`);
+    await page.$eval('#rows', (b) => { b.scrollTop = b.scrollHeight; });
+    const tlUntil = Date.now() + 5000;
+    let tlLast = await lastDrawn();
+    while (tlLast !== big && Date.now() < tlUntil) {
+      await page.waitForTimeout(50);
+      tlLast = await lastDrawn();
+    }
+    expect(tlLast === big, 'scrolled to the end, the timeline\'s last bar is the root\'s', `${tlLast} != ${big}`);
+    await shot(page, '7b-big-timeline');
+    await page.click('#v-tree');
     await mcp(ALICE, 'tasks/cancel', { taskId: big }, big);
     await page.waitForSelector('#tree[data-ended="true"]', { timeout: 60000 });
     ok('the big tree ends cancelled on the page');

@@ -2,7 +2,9 @@
 // No build step and no dependencies: the page reads /ui/api with the
 // caller's bearer token (kept in sessionStorage), follows the open tree over
 // a streamed SSE response, and draws only the rows in view, so a tree of
-// 10,000 tasks scrolls as smoothly as one of ten.
+// 10,000 tasks scrolls as smoothly as one of ten. Its timeline view draws
+// one bar per task, in result order, from the task's creation to its end,
+// coloured by the stages the runtime recorded (row.phases).
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -11,6 +13,16 @@ const OVERSCAN = 12;
 const STATUSES = ['working', 'input_required', 'paused', 'completed', 'failed', 'cancelled'];
 const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
 const LABEL = { input_required: 'input required' };
+// The timeline's stages (src/core/timeline.rs), in legend order.
+const STAGES = ['queued', 'dependencies', 'running', 'paused', 'input', 'children', 'unrecorded', 'elided'];
+const STAGE_LABEL = {
+  queued: 'queued for a slot',
+  dependencies: 'waiting for dependencies',
+  input: 'waiting for input',
+  children: 'awaiting children',
+  unrecorded: 'not recorded here',
+  elided: 'changes not kept',
+};
 
 const app = {
   token: sessionStorage.getItem('subtask.token') || '',
@@ -22,6 +34,8 @@ const app = {
   pages: [null],
   next: null,
   tree: null,
+  // 'tree' (pre-order, collapsible) or 'timeline' (result order, bars).
+  view: sessionStorage.getItem('subtask.view') === 'timeline' ? 'timeline' : 'tree',
 };
 
 // ---------------------------------------------------------------- helpers
@@ -235,6 +249,7 @@ function openTree(id) {
     orphans: [],
     collapsed: new Set(),
     visible: [],
+    order: [],
     structure: false,
     ended: false,
     selected: null,
@@ -366,9 +381,31 @@ function computeVisible(t) {
   t.visible = out;
 }
 
+// Every task in result order (I12): post-order by childTaskIds, each
+// child's subtree in order, then the parent. Collapsing does not apply.
+function computeOrder(t) {
+  const out = [];
+  if (t.root) {
+    const stack = [[t.root, 0]];
+    while (stack.length) {
+      const top = stack[stack.length - 1];
+      const n = t.nodes.get(top[0]);
+      if (!n) { stack.pop(); continue; }
+      if (top[1] < n.children.length) {
+        const c = n.children[top[1]++];
+        if (c) stack.push([c, 0]);
+        continue;
+      }
+      stack.pop();
+      out.push(top[0]);
+    }
+  }
+  t.order = out;
+}
+
 function draw(t) {
   if (app.tree !== t) return;
-  if (t.structure) { computeVisible(t); t.structure = false; }
+  if (t.structure) { computeVisible(t); computeOrder(t); t.structure = false; }
   const rootNode = t.nodes.get(t.root);
   if (rootNode) {
     const r = rootNode.row;
@@ -401,14 +438,160 @@ function draw(t) {
 
 function drawRows(t) {
   const box = $('rows');
-  const n = t.visible.length;
+  const timeline = app.view === 'timeline';
+  const list = timeline ? t.order : t.visible;
+  const n = list.length;
   $('spacer').style.height = n * ROW_H + 'px';
   const first = Math.max(0, Math.floor(box.scrollTop / ROW_H) - OVERSCAN);
   const last = Math.min(n, Math.ceil((box.scrollTop + box.clientHeight) / ROW_H) + OVERSCAN);
   const now = Date.now() + t.skew;
+  const axis = timeline ? drawAxis(t, now) : null;
   const frag = document.createDocumentFragment();
-  for (let i = first; i < last; i++) frag.appendChild(rowEl(t, t.visible[i], i, now));
+  for (let i = first; i < last; i++) {
+    frag.appendChild(timeline ? timelineRowEl(t, list[i], i, now, axis) : rowEl(t, list[i], i, now));
+  }
   $('window').replaceChildren(frag);
+}
+
+// ---------------------------------------------------------------- timeline
+
+// Where a task's bar ends: its 'ended' mark once terminal (its last update
+// when the mark is not recorded here), now while it runs.
+function endOf(r, now) {
+  if (!TERMINAL.has(r.status)) return now;
+  const ph = r.phases || [];
+  const last = ph[ph.length - 1];
+  return last && last[0] === 'ended' ? r.created + last[1] : r.updated;
+}
+
+// The smallest 1, 2 or 5 times a power of ten that holds `ms`: the axis
+// grows in steps, so a running bar visibly grows between them.
+function niceSpan(ms) {
+  const p = Math.pow(10, Math.floor(Math.log10(Math.max(ms, 1))));
+  for (const m of [1, 2, 5, 10]) if (m * p >= ms) return m * p;
+  return 10 * p;
+}
+
+// The shared time axis: from the root's creation to a nice span past the
+// tree's end (or now); its ticks in the timeline's header.
+function drawAxis(t, now) {
+  const root = t.nodes.get(t.root);
+  if (!root) return null;
+  const t0 = root.row.created;
+  const span = niceSpan(endOf(root.row, now) - t0);
+  const box = $('tl-axis');
+  if (box.dataset.span !== String(span)) {
+    const frag = document.createDocumentFragment();
+    for (let i = 0; i <= 5; i++) {
+      const tick = el('span', 'tick', duration((span * i) / 5));
+      tick.style.left = (100 * i) / 5 + '%';
+      frag.appendChild(tick);
+    }
+    box.replaceChildren(frag);
+    box.dataset.span = String(span);
+  }
+  return { t0, span };
+}
+
+// The bar's segments: [stage, from, to] in ms after the task's creation.
+// Before its first mark a task was queued; after its last it is in that
+// stage until its end. A full timeline dropped changes before its last
+// mark: that stretch is drawn as 'elided'.
+function segments(r, end) {
+  const ph = r.phases || [];
+  const out = [];
+  let stage = 'queued';
+  let from = 0;
+  for (let i = 0; i < ph.length; i++) {
+    const at = ph[i][1];
+    const kept = !(r.elided && i === ph.length - 1);
+    if (at > from) out.push([kept ? stage : 'elided', from, at]);
+    stage = ph[i][0];
+    from = Math.max(from, at);
+  }
+  if (stage !== 'ended' && end > from) out.push([stage, from, end]);
+  return out;
+}
+
+function timelineRowEl(t, id, i, now, axis) {
+  const node = t.nodes.get(id);
+  const r = node.row;
+  const div = el('div', 'row tl-row');
+  div.style.top = i * ROW_H + 'px';
+  div.dataset.id = id;
+  div.dataset.status = r.status;
+  if (id === t.selected) div.classList.add('selected');
+  const c1 = el('span', 'c-tree');
+  const indent = el('span', 'indent');
+  indent.style.width = node.depth * 10 + 'px';
+  c1.appendChild(indent);
+  c1.appendChild(el('code', 'sid', shortId(id)));
+  if (node.depth === 0) c1.appendChild(el('span', '', ' root'));
+  else c1.appendChild(el('span', 'dim', ' #' + r.pos));
+  div.appendChild(c1);
+  const c2 = el('span', 'c-status');
+  c2.appendChild(badge(r.status));
+  div.appendChild(c2);
+  const c3 = el('span', 'c-bar');
+  const end = endOf(r, now);
+  const life = Math.max(end - r.created, 0);
+  if (axis) {
+    const bar = el('span', 'tl-bar');
+    if (TERMINAL.has(r.status)) bar.classList.add('end-' + r.status);
+    bar.style.left = (100 * (r.created - axis.t0)) / axis.span + '%';
+    bar.style.width = (100 * life) / axis.span + '%';
+    const segs = segments(r, life);
+    for (const [stage, from, to] of segs) {
+      const seg = el('i', 'seg p-' + stage);
+      seg.style.left = life ? (100 * from) / life + '%' : '0';
+      seg.style.width = life ? (100 * (to - from)) / life + '%' : '100%';
+      let tip = (STAGE_LABEL[stage] || stage) + ' ' + duration(to - from);
+      if (stage === 'elided') tip = r.elided + ' ' + tip;
+      seg.title = tip;
+      bar.appendChild(seg);
+    }
+    bar.dataset.phases = segs.map((x) => x[0]).join(',');
+    bar.dataset.start = String(r.created - axis.t0);
+    bar.dataset.end = String(end - axis.t0);
+    c3.appendChild(bar);
+  }
+  div.appendChild(c3);
+  div.appendChild(el('span', 'c-time', duration(life)));
+  div.addEventListener('click', () => {
+    if (t.selected !== id) $('act-result').textContent = '';
+    t.selected = id;
+    schedule(t);
+    loadDetail(t, id);
+  });
+  return div;
+}
+
+function drawLegend() {
+  const box = $('tl-legend');
+  if (box.children.length) return;
+  const frag = document.createDocumentFragment();
+  for (const s of STAGES) {
+    const item = el('span', 'key');
+    item.appendChild(el('i', 'seg p-' + s));
+    item.appendChild(document.createTextNode(STAGE_LABEL[s] || s));
+    item.dataset.stage = s;
+    frag.appendChild(item);
+  }
+  box.replaceChildren(frag);
+}
+
+function setView(view) {
+  app.view = view;
+  sessionStorage.setItem('subtask.view', view);
+  const timeline = view === 'timeline';
+  $('v-tree').setAttribute('aria-pressed', String(!timeline));
+  $('v-timeline').setAttribute('aria-pressed', String(timeline));
+  $('rows-head').hidden = timeline;
+  $('tl-head').hidden = !timeline;
+  $('tl-legend').hidden = !timeline;
+  $('tree').dataset.view = view;
+  if (timeline) drawLegend();
+  if (app.tree) drawRows(app.tree);
 }
 
 function rowEl(t, id, i, now) {
@@ -566,7 +749,10 @@ function wire() {
   $('act-cancel').addEventListener('click', () => act('cancel'));
   $('act-steer').addEventListener('click', () => act('steer'));
   $('steer-text').addEventListener('keydown', (e) => { if (e.key === 'Enter') act('steer'); });
-  // Elapsed times of live tasks move on.
+  $('v-tree').addEventListener('click', () => setView('tree'));
+  $('v-timeline').addEventListener('click', () => setView('timeline'));
+  setView(app.view);
+  // Elapsed times of live tasks move on, and their bars grow.
   setInterval(() => { if (app.tree && !app.tree.ended) drawRows(app.tree); }, 1000);
 }
 
