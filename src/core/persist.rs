@@ -44,6 +44,9 @@ struct StateRef<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     journal: Option<&'a Journal>,
     phase: &'a Phase,
+    /// A terminal task's timeline (`timeline.rs`); a live one's is not stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeline: Option<Vec<Vec<u32>>>,
 }
 
 #[derive(Deserialize)]
@@ -68,6 +71,8 @@ struct StateOwned {
     #[serde(default)]
     journal: Option<Journal>,
     phase: Phase,
+    #[serde(default)]
+    timeline: Option<Vec<Vec<u32>>>,
 }
 
 /// The JSON state of a record (everything but its structural position).
@@ -84,6 +89,7 @@ pub fn encode_state(rec: &TaskRecord) -> String {
         inputs: rec.inputs.as_deref().filter(|b| !b.has_no_inputs()),
         journal: rec.journal(),
         phase: &rec.phase,
+        timeline: matches!(rec.phase, Phase::Terminal(_)).then(|| rec.timeline.to_stored()),
     };
     serde_json::to_string(&state).expect("task state serializes")
 }
@@ -148,8 +154,12 @@ pub fn decode_state(
             }
         },
         phase: s.phase,
-        // Timelines are not stored: what happened before is unknown here.
-        timeline: super::timeline::Timeline::unrecorded(),
+        // A finished task's timeline is stored; a live one's is not: what
+        // happened before is unknown here.
+        timeline: match &s.timeline {
+            Some(marks) => super::timeline::Timeline::from_stored(marks)?,
+            None => super::timeline::Timeline::unrecorded(),
+        },
         touch_epoch: 0,
         expiry_timer: None,
         delete_timer: None,

@@ -10,9 +10,12 @@
 //! one ([`TIMELINE_MARKS`] in all), and counts the changes it dropped
 //! between them (a task paused and resumed 10,000 times holds 16 marks).
 //!
-//! A timeline is not stored: a tree restored from a store, or read by
-//! another cluster instance from the database, starts with one
-//! [`Stage::Unrecorded`] mark at its creation.
+//! A finished task's timeline is stored with its terminal state (at most
+//! 16 marks, once): a finished tree keeps it across a restart, in the
+//! SQLite file once the runtime let it go, and on another cluster
+//! instance. A live task's is not stored (it would grow every state
+//! write): restored from a store, or read by another instance from the
+//! database, it starts with one [`Stage::Unrecorded`] mark at its creation.
 
 /// At most this many marks per task: the first `TIMELINE_MARKS - 1`
 /// changes, then the latest one (with the count of changes dropped before
@@ -174,9 +177,81 @@ impl Timeline {
     }
 }
 
+impl Timeline {
+    /// The marks as stored with a terminal state: `[stage, at_ms]`, or
+    /// `[stage, at_ms, elided]` when changes were dropped before it.
+    pub(crate) fn to_stored(&self) -> Vec<Vec<u32>> {
+        self.marks()
+            .map(|m| {
+                let mut v = vec![m.stage as u32, m.at_ms];
+                if m.elided > 0 {
+                    v.push(u32::from(m.elided));
+                }
+                v
+            })
+            .collect()
+    }
+
+    /// A timeline from its stored marks ([`Timeline::to_stored`]).
+    ///
+    /// # Errors
+    ///
+    /// An unknown stage, a mark of another shape, or more than
+    /// [`TIMELINE_MARKS`] marks.
+    pub(crate) fn from_stored(marks: &[Vec<u32>]) -> Result<Timeline, String> {
+        if marks.len() > TIMELINE_MARKS {
+            return Err(format!("a timeline of {} marks", marks.len()));
+        }
+        let mut slots = Vec::with_capacity(marks.len());
+        for m in marks {
+            let (stage, at_ms, elided) = match m.as_slice() {
+                [s, at] => (*s, *at, 0),
+                [s, at, e] => (*s, *at, *e),
+                other => return Err(format!("a timeline mark {other:?}")),
+            };
+            let stage = *Stage::ALL
+                .get(stage as usize)
+                .ok_or_else(|| format!("a timeline stage {stage}"))?;
+            slots.push(Some(Mark {
+                at_ms,
+                elided: u16::try_from(elided).unwrap_or(u16::MAX),
+                stage,
+            }));
+        }
+        Ok(Timeline {
+            slots: slots.into_boxed_slice(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_timeline_reads_back_and_bad_ones_are_refused() {
+        let mut t = Timeline::default();
+        for i in 0..40u64 {
+            t.push(Stage::ALL[(i % 7) as usize], i * 10);
+        }
+        let stored = t.to_stored();
+        assert_eq!(stored.len(), TIMELINE_MARKS);
+        assert_eq!(
+            stored.last().map(Vec::len),
+            Some(3),
+            "the last mark counts what it dropped"
+        );
+        assert_eq!(Timeline::from_stored(&stored).unwrap(), t);
+        assert_eq!(Timeline::from_stored(&[]).unwrap(), Timeline::default());
+        for bad in [
+            vec![vec![9, 0]],
+            vec![vec![1]],
+            vec![vec![1, 2, 3, 4]],
+            vec![vec![0, 0]; 17],
+        ] {
+            assert!(Timeline::from_stored(&bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_timeline_grows_in_powers_of_two_and_keeps_its_first_marks_and_its_last() {
