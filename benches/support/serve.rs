@@ -112,6 +112,25 @@ impl Serve {
         result_of(&r.body, &r.headers)
     }
 
+    /// `subtask_tasks_retained` summed over tools (`/metrics`): finished
+    /// tasks the server holds in memory.
+    pub(crate) fn retained(&self) -> Result<i64, String> {
+        let r = self.rt.block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(15),
+                http::fetch(self.addr, "GET", "/metrics", &[], b""),
+            )
+            .await
+        });
+        let r = r.map_err(|_| "no answer within 15 s".to_owned())??;
+        Ok(r.body
+            .lines()
+            .filter(|l| l.starts_with("subtask_tasks_retained{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|v| v as i64)
+            .sum())
+    }
+
     /// Polls `tasks/get` of `task` until `pred` holds (`within` at most).
     pub(crate) fn until_within(
         &self,

@@ -165,7 +165,7 @@ impl Reader<'_> {
             .read()
             .trees
             .get(&root)
-            .map(|rows| rows.iter().map(|r| r.0).collect())
+            .map(super::writer::TreeRows::rowids)
             .unwrap_or_default()
     }
 }

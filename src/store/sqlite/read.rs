@@ -58,7 +58,7 @@ pub(super) fn read_trees(w: &Writer) -> Result<Vec<StoredTree>, StoreError> {
             .trees
             .iter()
             .filter(|(root, _)| !maps.released.contains_key(*root))
-            .flat_map(|(_, rows)| rows.iter().map(|r| r.0))
+            .flat_map(|(_, rows)| rows.rowids())
             .collect();
         rowids.sort_unstable();
         rowids

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use rusqlite::{Connection, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::finished::SWEEP_BATCH;
 use super::{Shared, blob_id, id_blob, sql};
@@ -20,11 +20,51 @@ use crate::store::{StoreError, Ticket, TreeMeta, WriteBatch, WriteOp};
 pub(super) struct Maps {
     /// Task id to rowid.
     pub(super) rows: IdMap<i64>,
-    /// Root to (rowid, id) of each task of the tree, in rowid order.
-    pub(super) trees: IdMap<Vec<(i64, TaskId)>>,
+    /// Root to the rows of its tree.
+    pub(super) trees: IdMap<TreeRows>,
     /// The trees the runtime let go of ([`WriteOp::Release`]), with when
     /// each is deleted (ms since the Unix epoch; `i64::MAX`: never).
     pub(super) released: IdMap<i64>,
+}
+
+/// The rows of one tree, in rowid order.
+pub(super) enum TreeRows {
+    /// A tree the runtime holds: each task's rowid and id.
+    Live(Vec<(i64, TaskId)>),
+    /// A released tree: its rowids only, in the least memory (its ids are
+    /// read back as its rows are deleted). Its rows never change.
+    Released(Box<[i64]>),
+}
+
+impl Default for TreeRows {
+    fn default() -> Self {
+        TreeRows::Live(Vec::new())
+    }
+}
+
+impl TreeRows {
+    /// The rowids, in order.
+    pub(super) fn rowids(&self) -> Vec<i64> {
+        match self {
+            TreeRows::Live(rows) => rows.iter().map(|r| r.0).collect(),
+            TreeRows::Released(rowids) => rowids.to_vec(),
+        }
+    }
+
+    /// A new row (of a live tree; a released tree gets none).
+    fn push(&mut self, rowid: i64, id: TaskId) {
+        match self {
+            TreeRows::Live(rows) => rows.push((rowid, id)),
+            TreeRows::Released(_) => debug_assert!(false, "a row added to a released tree"),
+        }
+    }
+
+    /// Keeps only the rowids: the tree was released.
+    fn release(&mut self) {
+        if let TreeRows::Live(rows) = self {
+            *self = TreeRows::Released(rows.iter().map(|r| r.0).collect());
+        }
+    }
 }
 
 /// The writer thread's state: the connection and where each task's row is.
@@ -75,9 +115,15 @@ impl Writer {
                         path.display()
                     )));
                 }
-                maps.trees.entry(root).or_default().push((rowid, id));
+                maps.trees.entry(root).or_default().push(rowid, id);
                 if let Some(at) = r.get::<_, Option<i64>>(3).map_err(value)? {
                     maps.released.insert(root, at);
+                }
+            }
+            let released: Vec<TaskId> = maps.released.keys().copied().collect();
+            for root in released {
+                if let Some(rows) = maps.trees.get_mut(&root) {
+                    rows.release();
                 }
             }
         }
@@ -192,11 +238,8 @@ impl Writer {
                             }
                         },
                         WriteOp::DeleteTree(root) => {
-                            let mut rowids: Vec<i64> = maps
-                                .trees
-                                .get(root)
-                                .map(|t| t.iter().map(|r| r.0).collect())
-                                .unwrap_or_default();
+                            let mut rowids: Vec<i64> =
+                                maps.trees.get(root).map(TreeRows::rowids).unwrap_or_default();
                             for r in new_rows.iter().filter(|r| r.1 == *root) {
                                 rowids.push(r.2);
                                 fresh.remove(&r.0);
@@ -242,6 +285,7 @@ impl Writer {
         self.in_commit += t_commit.elapsed();
         Ok(Folded {
             deleted,
+            deleted_ids: Vec::new(),
             new_rows,
             released,
         })
@@ -269,21 +313,28 @@ impl Writer {
         if due.is_empty() {
             return Ok(0);
         }
+        let mut ids = Vec::new();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(&e)?;
         {
             let mut delete = tx
-                .prepare_cached("DELETE FROM tasks WHERE seq = ?1")
+                .prepare_cached("DELETE FROM tasks WHERE seq = ?1 RETURNING id")
                 .map_err(&e)?;
             let mut delete_journal = tx
                 .prepare_cached("DELETE FROM journal WHERE root = ?1")
                 .map_err(&e)?;
             let maps = self.maps.read();
             for root in &due {
-                for (rowid, _) in maps.trees.get(root).map(Vec::as_slice).unwrap_or_default() {
-                    delete.execute(params![rowid]).map_err(&e)?;
+                for rowid in maps.trees.get(root).map(TreeRows::rowids).unwrap_or_default() {
+                    let id: Option<Vec<u8>> = delete
+                        .query_row(params![rowid], |r| r.get(0))
+                        .optional()
+                        .map_err(&e)?;
+                    if let Some(id) = id {
+                        ids.push(blob_id(&id)?);
+                    }
                 }
                 delete_journal.execute(params![&id_blob(*root)[..]]).map_err(&e)?;
             }
@@ -292,6 +343,7 @@ impl Writer {
         let n = due.len();
         self.fold(Folded {
             deleted: due,
+            deleted_ids: ids,
             new_rows: Vec::new(),
             released: Vec::new(),
         });
@@ -315,16 +367,24 @@ impl Writer {
         let mut maps = self.maps.write();
         for root in f.deleted {
             maps.released.remove(&root);
-            for (_, id) in maps.trees.remove(&root).unwrap_or_default() {
-                maps.rows.remove(&id);
+            if let Some(TreeRows::Live(rows)) = maps.trees.remove(&root) {
+                for (_, id) in rows {
+                    maps.rows.remove(&id);
+                }
             }
+        }
+        for id in f.deleted_ids {
+            maps.rows.remove(&id);
         }
         for (root, at) in f.released {
             maps.released.insert(root, at);
+            if let Some(rows) = maps.trees.get_mut(&root) {
+                rows.release();
+            }
         }
         for (id, root, rowid) in f.new_rows {
             maps.rows.insert(id, rowid);
-            maps.trees.entry(root).or_default().push((rowid, id));
+            maps.trees.entry(root).or_default().push(rowid, id);
         }
     }
 }
@@ -333,6 +393,8 @@ impl Writer {
 /// inserted: (id, root, rowid).
 struct Folded {
     deleted: Vec<TaskId>,
+    /// Ids of deleted released trees' tasks (their trees keep no ids).
+    deleted_ids: Vec<TaskId>,
     new_rows: Vec<(TaskId, TaskId, i64)>,
     released: Vec<(TaskId, i64)>,
 }
