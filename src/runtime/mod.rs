@@ -71,6 +71,7 @@ mod plan;
 mod recovery;
 mod scheduler;
 mod span;
+mod supervisor;
 pub mod stats;
 mod tree;
 // The web view's reads; a tree's rows also serve the control tools
@@ -214,7 +215,7 @@ impl Runtime {
         F: FnOnce(TaskContext) -> Fut + Send + 'static,
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
-        self.start_root(None, opts, Box::new(move |ctx| Box::pin(f(ctx))))
+        self.start_root_with(None, opts, supervisor::typed(f), None, None, None)
             .expect("a root without an owner has no limit to hit")
     }
 
@@ -234,25 +235,15 @@ impl Runtime {
             resumable: true,
             call,
         };
-        self.start_root_launch(
+        self.start_root_with(
             None,
             opts,
-            Box::new(move |ctx| Box::pin(f(ctx))),
+            supervisor::typed(f),
             Some(launch),
             None,
             None,
         )
         .expect("a root without an owner has no limit to hit")
-    }
-
-    /// Starts a boxed handler body as a root task owned by `owner`.
-    pub(crate) fn start_root(
-        &self,
-        owner: Option<Arc<Owner>>,
-        opts: RootOptions,
-        body: HandlerBody,
-    ) -> Result<TaskId, RuntimeError> {
-        self.start_root_launch(owner, opts, body, None, None, None)
     }
 
     /// Starts a boxed handler body as a root task owned by `owner`, with
@@ -262,8 +253,21 @@ impl Runtime {
     pub(crate) fn start_root_launch(
         &self,
         owner: Option<Arc<Owner>>,
-        mut opts: RootOptions,
+        opts: RootOptions,
         body: HandlerBody,
+        launch: Option<Launch>,
+        label: Option<Arc<str>>,
+        trace_parent: Option<&str>,
+    ) -> Result<TaskId, RuntimeError> {
+        self.start_root_with(owner, opts, supervisor::boxed(body), launch, label, trace_parent)
+    }
+
+    /// [`Runtime::start_root_launch`] with a typed or boxed body.
+    fn start_root_with(
+        &self,
+        owner: Option<Arc<Owner>>,
+        mut opts: RootOptions,
+        body: supervisor::Launcher,
         launch: Option<Launch>,
         label: Option<Arc<str>>,
         trace_parent: Option<&str>,
