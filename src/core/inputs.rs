@@ -269,7 +269,10 @@ mod tests {
         let set: std::collections::BTreeSet<String> = ["k1".to_owned(), "k2".to_owned()].into();
         let json = serde_json::to_string(&u).unwrap();
         assert_eq!(json, serde_json::to_string(&set).unwrap());
-        assert_eq!(serde_json::from_str::<UsedKeys>(r#"["k2","k1","k1"]"#).unwrap(), u);
+        assert_eq!(
+            serde_json::from_str::<UsedKeys>(r#"["k2","k1","k1"]"#).unwrap(),
+            u
+        );
         u.retain(|k| k == "k2");
         assert!(u.contains("k2") && !u.contains("k1"));
     }

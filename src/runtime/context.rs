@@ -3,8 +3,8 @@
 use std::future::{Future, IntoFuture};
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use futures::Stream;
+use futures::future::BoxFuture;
 
 use super::cell::TaskCell;
 use super::driver::Parked;
@@ -620,7 +620,11 @@ impl TaskContext {
     }
 
     /// [`TaskContext::spawn_subtask`] with a boxed body.
-    pub(crate) fn spawn_body(&self, opts: SubtaskOptions, body: HandlerBody) -> Result<SubtaskHandle, TaskError> {
+    pub(crate) fn spawn_body(
+        &self,
+        opts: SubtaskOptions,
+        body: HandlerBody,
+    ) -> Result<SubtaskHandle, TaskError> {
         self.spawn_launcher(opts, super::supervisor::boxed(body))
     }
 

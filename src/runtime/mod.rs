@@ -71,8 +71,8 @@ mod plan;
 mod recovery;
 mod scheduler;
 mod span;
-mod supervisor;
 pub mod stats;
+mod supervisor;
 mod tree;
 // The web view's reads; a tree's rows also serve the control tools
 // (`server`), the tree list only the web view.
@@ -235,15 +235,8 @@ impl Runtime {
             resumable: true,
             call,
         };
-        self.start_root_with(
-            None,
-            opts,
-            supervisor::typed(f),
-            Some(launch),
-            None,
-            None,
-        )
-        .expect("a root without an owner has no limit to hit")
+        self.start_root_with(None, opts, supervisor::typed(f), Some(launch), None, None)
+            .expect("a root without an owner has no limit to hit")
     }
 
     /// Starts a boxed handler body as a root task owned by `owner`, with

@@ -24,9 +24,25 @@ use super::tree::Exit;
 use crate::core::HandlerOutcome;
 use crate::model::{ErrorCode, ErrorObject};
 
-/// A handler's body, waiting to start: [`Launch::launch`] makes its future
-/// and spawns its supervisor.
-pub(crate) type Launcher = Box<dyn Launch>;
+/// A handler's body, waiting to start: [`Launcher::launch`] makes its
+/// future and spawns its supervisor.
+pub(crate) enum Launcher {
+    /// A typed body: its future is held inline by its supervisor.
+    Typed(Box<dyn Launch>),
+    /// A boxed body (the server's tools): its future stays boxed, and the
+    /// body needs no second box to start.
+    Boxed(HandlerBody),
+}
+
+impl Launcher {
+    /// Makes the handler's future for `ctx` and spawns its supervisor.
+    pub(crate) fn launch(self, ctx: TaskContext) {
+        match self {
+            Launcher::Typed(body) => body.launch(ctx),
+            Launcher::Boxed(body) => start(body, ctx),
+        }
+    }
+}
 
 /// A handler body that starts its own supervisor.
 pub(crate) trait Launch: Send + 'static {
@@ -45,17 +61,27 @@ where
     Fut: Future<Output = HandlerResult> + Send + 'static,
 {
     fn launch(self: Box<Self>, ctx: TaskContext) {
-        let f = self.0;
-        let made = {
-            let _entered = ctx.cell_ref().span.get().map(tracing::Span::enter);
-            std::panic::catch_unwind(AssertUnwindSafe(|| f(ctx.clone())))
-        };
-        match made {
-            Ok(body) => drop(tokio::spawn(Supervisor::new(ctx, body))),
-            Err(panic) => {
-                let error = panicked(&*panic);
-                drop(tokio::spawn(Supervisor::new(ctx, std::future::ready(Err(error)))));
-            }
+        start(self.0, ctx);
+    }
+}
+
+/// Makes the future of body `f` for `ctx` (in the task's span) and spawns
+/// its supervisor; a body that panics before returning its future fails
+/// the task as a handler's panic does.
+fn start<F, Fut>(f: F, ctx: TaskContext)
+where
+    F: FnOnce(TaskContext) -> Fut,
+    Fut: Future<Output = HandlerResult> + Send + 'static,
+{
+    let made = {
+        let _entered = ctx.cell_ref().span.get().map(tracing::Span::enter);
+        std::panic::catch_unwind(AssertUnwindSafe(|| f(ctx.clone())))
+    };
+    match made {
+        Ok(body) => drop(tokio::spawn(Supervisor::new(ctx, body))),
+        Err(panic) => {
+            let error = panicked(&*panic);
+            drop(tokio::spawn(Supervisor::new(ctx, std::future::ready(Err(error)))));
         }
     }
 }
@@ -66,12 +92,12 @@ where
     F: FnOnce(TaskContext) -> Fut + Send + 'static,
     Fut: Future<Output = HandlerResult> + Send + 'static,
 {
-    Box::new(Typed(f))
+    Launcher::Typed(Box::new(Typed(f)))
 }
 
 /// The launcher of a boxed body (its future stays boxed).
 pub(crate) fn boxed(body: HandlerBody) -> Launcher {
-    typed(body)
+    Launcher::Boxed(body)
 }
 
 /// The error of a handler that panicked, logged.

@@ -14,10 +14,10 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, oneshot};
 
 use super::cell::TaskCell;
-use super::supervisor::Launcher;
 use super::owner::Owner;
 use super::scheduler::Scheduler;
 use super::stats::ToolStats;
+use super::supervisor::Launcher;
 use crate::core::{Forest, HandlerOutcome, Slot};
 use crate::model::{JsonObject, TaskId, Timestamp};
 use crate::store::{Ticket, TreeMeta, WriteOp};

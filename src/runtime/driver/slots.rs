@@ -1,8 +1,9 @@
 //! Slot accounting: the slot a task takes as it is created, the slot a
-//! handler gives back while parked and takes again, the slots given back
-//! when handlers exit (the gate that polls a handler only while it may run
-//! is the supervisor's, `supervisor.rs`). Every `try_acquire`, `release` and `force_acquire` of the runtime
-//! is here; the per-handler state machine is `cell.rs`'s [`SlotState`].
+//! handler gives back while parked and takes again ([`Parked`]), the slots
+//! given back when handlers exit. Every `try_acquire`, `release` and
+//! `force_acquire` of the runtime is here; the per-handler state machine is
+//! `cell.rs`'s [`SlotState`], and the gate that polls a handler only while
+//! it may run is its supervisor's (`supervisor.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -115,7 +116,13 @@ pin_project_lite::pin_project! {
 impl<'a, F: Future> Parked<'a, F> {
     /// A parked wait on `fut` for `cell`'s handler, in the tree of `root`;
     /// `external`: counted as a wait in `ctx.external`.
-    pub(crate) fn new(inner: &'a Arc<Inner>, cell: &'a Arc<TaskCell>, root: TaskId, fut: F, external: bool) -> Self {
+    pub(crate) fn new(
+        inner: &'a Arc<Inner>,
+        cell: &'a Arc<TaskCell>,
+        root: TaskId,
+        fut: F,
+        external: bool,
+    ) -> Self {
         Parked {
             inner,
             cell,
@@ -161,7 +168,10 @@ impl<F: Future> Future for Parked<'_, F> {
                     return Poll::Ready(out);
                 }
                 Step::Acquiring => {
-                    let granted = this.granted.as_mut().expect("a request is queued while acquiring");
+                    let granted = this
+                        .granted
+                        .as_mut()
+                        .expect("a request is queued while acquiring");
                     // A closed channel means the runtime dropped the job; run on.
                     let _ = ready!(Pin::new(granted).poll(cx));
                     *this.granted = None;
