@@ -271,6 +271,28 @@ async fn a_panicking_handler_fails_only_its_own_task() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_body_that_panics_before_returning_its_future_fails_its_task() {
+    let rt = Runtime::new(RuntimeConfig::default());
+    let root = rt.spawn(RootOptions::default(), |ctx| {
+        if ctx.parent_task_id().is_none() {
+            panic!("too early");
+        }
+        async { Ok(JsonObject::new()) }
+    });
+    let done = rt.wait(root, V).await.unwrap();
+    assert_eq!(done.status(), TaskStatus::Failed);
+    assert!(
+        done.task()
+            .status_message
+            .as_deref()
+            .unwrap_or("")
+            .contains("handler panicked: too early")
+    );
+    let again = rt.spawn(RootOptions::default(), |_| async { Ok(text("still here")) });
+    assert_eq!(result_text(&rt.wait(again, V).await.unwrap()), "still here");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_fail_fast_child_cancels_its_siblings_and_fails_the_parent() {
     let rt = Runtime::new(RuntimeConfig::default());
     let sib: Arc<Mutex<Option<TaskId>>> = Arc::default();

@@ -90,6 +90,10 @@ pub struct Forest {
     effects: VecDeque<Effect>,
     pub(crate) now: Timestamp,
     epoch: u64,
+    /// The first task the current command modified, inline (most
+    /// commands modify one: a lone root's forest then holds no buffer);
+    /// the others in `touched`.
+    touched_first: Option<(Slot, TaskStatus)>,
     touched: Vec<(Slot, TaskStatus)>,
 }
 
@@ -110,6 +114,7 @@ impl Forest {
             effects: VecDeque::new(),
             now: Timestamp::EPOCH,
             epoch: 0,
+            touched_first: None,
             touched: Vec::new(),
         }
     }
@@ -280,19 +285,20 @@ impl Forest {
             self.now = now;
         }
         self.epoch += 1;
-        debug_assert!(self.touched.is_empty());
+        debug_assert!(self.touched_first.is_none() && self.touched.is_empty());
     }
 
     /// Ends a command: stamps `lastUpdatedAt` and emits `Changed` once for
     /// every task the command modified.
     pub(crate) fn end(&mut self) {
         let now = self.now;
+        let first = self.touched_first.take();
         let mut touched = std::mem::take(&mut self.touched);
         // Terminal tasks are reported deepest first, so a task's terminal
         // `Changed` always follows its children's (I6).
         let mut terminal: Vec<(u32, Slot, TaskId, TaskStatus, TaskStatus)> = Vec::new();
-        self.effects.reserve(touched.len());
-        for &(slot, from) in &touched {
+        self.effects.reserve(touched.len() + 1);
+        for &(slot, from) in first.iter().chain(&touched) {
             let Some(rec) = self.tasks.at_mut(slot) else {
                 continue;
             };
@@ -339,7 +345,12 @@ impl Forest {
             .expect("command validated that the task exists");
         if rec.touch_epoch != epoch {
             rec.touch_epoch = epoch;
-            self.touched.push((slot, rec.status()));
+            let entry = (slot, rec.status());
+            if self.touched_first.is_none() {
+                self.touched_first = Some(entry);
+            } else {
+                self.touched.push(entry);
+            }
         }
         rec
     }

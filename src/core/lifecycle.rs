@@ -193,8 +193,9 @@ impl Forest {
         self.begin(now);
         let rec = self.rec_mut(id);
         let book = rec.inputs_mut();
-        book.used.insert(key.clone());
-        book.outstanding.insert(key, request);
+        let key = key.into_boxed_str();
+        book.outstanding.insert(key.clone(), &request);
+        book.used.insert(key);
         if let Some(a) = rec.active_mut()
             && let PauseState::Pending { via } = a.pause
         {
@@ -530,7 +531,7 @@ impl Forest {
         let mut accepted = Vec::new();
         for (key, response) in responses {
             let book = self.rec_mut_at(slot).inputs_mut();
-            if book.outstanding.remove(&key).is_some() {
+            if book.outstanding.remove(&key) {
                 book.answered.insert(key.clone(), response.clone());
                 accepted.push(key.clone());
                 self.emit(Effect::InputAnswered {

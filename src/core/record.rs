@@ -5,11 +5,12 @@
 //! [`Phase::Terminal`] (its outcome). The wire status is derived from that,
 //! never stored twice.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::inputs::{PendingInputs, UsedKeys};
 use super::table::Slot;
 use super::timeline::{Stage, Timeline};
 use crate::model::{
@@ -171,8 +172,10 @@ pub enum Phase {
 /// (I9: keys are unique over the task's lifetime).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct InputBook {
-    pub(crate) outstanding: BTreeMap<String, JsonObject>,
-    pub(crate) used: BTreeSet<String>,
+    /// Each request as its JSON text (`inputs.rs`): a request may wait for
+    /// minutes, and text is a fraction of a parsed map's size.
+    pub(crate) outstanding: PendingInputs,
+    pub(crate) used: UsedKeys,
     /// Responses delivered by `tasks/update` while the task is active, kept
     /// so a handler re-run after a restart gets the same answers.
     #[serde(default)]
@@ -186,15 +189,15 @@ pub struct InputBook {
 
 /// The input book of a task that never asked for input.
 pub(crate) static NO_INPUTS: InputBook = InputBook {
-    outstanding: BTreeMap::new(),
-    used: BTreeSet::new(),
+    outstanding: PendingInputs::new(),
+    used: UsedKeys::new(),
     answered: BTreeMap::new(),
     journal: None,
 };
 
 impl InputBook {
-    /// Outstanding requests by key.
-    pub fn outstanding(&self) -> &BTreeMap<String, JsonObject> {
+    /// Outstanding requests by key (as JSON text).
+    pub fn outstanding(&self) -> &PendingInputs {
         &self.outstanding
     }
 
@@ -315,7 +318,7 @@ impl TaskRecord {
             Phase::Active(_) => match status {
                 TaskStatus::Paused if view.show_paused => TaskPayload::Paused,
                 TaskStatus::InputRequired => TaskPayload::InputRequired {
-                    input_requests: self.outstanding_inputs().clone(),
+                    input_requests: self.outstanding_inputs().to_requests(),
                 },
                 _ => TaskPayload::Working,
             },
@@ -406,8 +409,8 @@ impl TaskRecord {
         self.inputs.as_deref().unwrap_or(&NO_INPUTS)
     }
 
-    /// Outstanding input requests (empty when none).
-    pub fn outstanding_inputs(&self) -> &BTreeMap<String, JsonObject> {
+    /// Outstanding input requests (empty when none), as JSON text.
+    pub fn outstanding_inputs(&self) -> &PendingInputs {
         &self.inputs().outstanding
     }
 

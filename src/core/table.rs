@@ -61,8 +61,9 @@ pub(crate) struct TaskTable {
     /// Slots from `CHUNK` on, `CHUNK` per vector (boxed: most trees never
     /// have any, and every tree's table stays small).
     rest: Option<Box<Chunks>>,
-    /// Id to slot, built once the table outgrows [`SCAN_MAX`].
-    index: IdMap<Slot>,
+    /// Id to slot, built once the table outgrows [`SCAN_MAX`] (boxed: an
+    /// empty map is 32 bytes inline, and most trees never build one).
+    index: Option<Box<IdMap<Slot>>>,
     /// Records that are `Some`.
     len: u32,
 }
@@ -118,7 +119,7 @@ impl TaskTable {
                 .position(|r| r.as_ref().is_some_and(|r| r.id == *id))
                 .map(|i| Slot(i as u32))
         } else {
-            self.index.get(id).copied()
+            self.index.as_deref()?.get(id).copied()
         }
     }
 
@@ -150,14 +151,15 @@ impl TaskTable {
         let n = slot.index();
         if n == SCAN_MAX {
             // Outgrowing the linear scan: index every record so far.
+            let index = self.index.get_or_insert_with(Box::default);
             for (i, r) in self.first.iter().enumerate() {
                 if let Some(r) = r {
-                    self.index.insert(r.id, Slot(i as u32));
+                    index.insert(r.id, Slot(i as u32));
                 }
             }
         }
         if n >= SCAN_MAX {
-            self.index.insert(rec.id, slot);
+            self.index.get_or_insert_with(Box::default).insert(rec.id, slot);
         }
         if n < CHUNK {
             if self.first.capacity() == 0 {
@@ -179,11 +181,13 @@ impl TaskTable {
     /// Removes the record in `slot` (its slot stays taken).
     pub(crate) fn remove(&mut self, slot: Slot) -> Option<TaskRecord> {
         let rec = self.entry_mut(slot)?.take()?;
-        self.index.remove(&rec.id);
+        if let Some(index) = self.index.as_mut() {
+            index.remove(&rec.id);
+        }
         self.len -= 1;
         if self.len == 0 {
             // Nothing left: free the index (the tombstones keep slot numbers).
-            self.index = IdMap::default();
+            self.index = None;
         }
         Some(rec)
     }

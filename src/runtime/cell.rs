@@ -8,7 +8,6 @@
 //! (`driver/slots.rs`) acts on it after the mutex is released. Nothing here
 //! knows the scheduler or the runtime.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -39,9 +38,11 @@ pub(crate) struct TaskCell {
     /// parent of its subtasks' spans, and where its final status is
     /// recorded as it turns terminal.
     pub(crate) span: std::sync::OnceLock<tracing::Span>,
-    /// The task's parent (`None` for a root): kept here, once per task,
-    /// rather than in every copy of its handler's context.
-    pub(crate) parent: Option<crate::model::TaskId>,
+    /// The task's parent, the task's own id for a root (a plain id is 8
+    /// bytes smaller than an `Option`, as in `TaskRecord`): kept here, once
+    /// per task, rather than in every copy of its handler's context. Read
+    /// it with [`TaskCell::parent_of`].
+    parent: crate::model::TaskId,
     /// When the handler started (ms on the runtime's clock, as the start
     /// command read it), for the handler run time metric: taken from the
     /// clock readings the start and exit commands make anyway, so timing
@@ -50,9 +51,9 @@ pub(crate) struct TaskCell {
 }
 
 impl TaskCell {
-    /// A cell for a live task (`parent`: its parent, `None` for a root);
-    /// `ending` when it already winds down.
-    pub(crate) fn new(ending: bool, parent: Option<crate::model::TaskId>) -> Arc<TaskCell> {
+    /// A cell for a live task (`parent`: its parent, the task's own id for
+    /// a root); `ending` when it already winds down.
+    pub(crate) fn new(ending: bool, parent: crate::model::TaskId) -> Arc<TaskCell> {
         Arc::new(TaskCell {
             notify: Notify::new(),
             ending: AtomicBool::new(ending),
@@ -63,6 +64,11 @@ impl TaskCell {
             parent,
             started_ms: AtomicU64::new(0),
         })
+    }
+
+    /// The parent of `id`, this cell's task (`None` for a root).
+    pub(crate) fn parent_of(&self, id: crate::model::TaskId) -> Option<crate::model::TaskId> {
+        (self.parent != id).then_some(self.parent)
     }
 
     /// Whether the task winds down or ended.
@@ -81,23 +87,6 @@ impl TaskCell {
     #[must_use]
     pub(crate) fn first_wake_of(&self, stamp: u64) -> bool {
         self.stamp.swap(stamp, Ordering::Relaxed) != stamp
-    }
-
-    /// Resolves once the cancel flag is set, woken through `grace` (the
-    /// handler's own task is the only one that waits here): no `Notify`
-    /// registration beside the handler's own waits.
-    pub(crate) fn ended(&self) -> impl Future<Output = ()> + '_ {
-        std::future::poll_fn(move |cx| {
-            if self.is_ending() {
-                return std::task::Poll::Ready(());
-            }
-            self.grace.register(cx.waker());
-            if self.is_ending() {
-                std::task::Poll::Ready(())
-            } else {
-                std::task::Poll::Pending
-            }
-        })
     }
 
     /// Runs one transition of the slot state under the cell's mutex.

@@ -1,21 +1,20 @@
 //! The handler's view of its task: subtasks, input, steering, pause, cancel.
 
 use std::future::{Future, IntoFuture};
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use futures::Stream;
 use futures::future::BoxFuture;
-use futures::{FutureExt, Stream};
-use tracing::Instrument;
 
 use super::cell::TaskCell;
-use super::driver::Gated;
+use super::driver::Parked;
 use super::durable::JournalCursor;
 use super::error::{Interrupted, RuntimeError};
 use super::inner::Inner;
-use super::tree::{Exit, Post, StartJob, TaskRt, TreeCell, TreeState};
-use crate::core::{ChildOptions, HandlerOutcome, SafePoint, Slot, TaskRecord, TransitionError};
-use crate::model::{ErrorCode, ErrorObject, JsonObject, TaskId, TaskOutcome};
+use super::supervisor::Launcher;
+use super::tree::{Post, StartJob, TaskRt, TreeCell, TreeState};
+use crate::core::{ChildOptions, SafePoint, Slot, TaskRecord, TransitionError};
+use crate::model::{ErrorObject, JsonObject, TaskId, TaskOutcome};
 
 /// What a handler returns: a result (e.g. a `CallToolResult`, also with
 /// `isError: true`), or a JSON-RPC error that fails the task.
@@ -159,8 +158,8 @@ pub struct TaskContext {
     pub(super) tree: Arc<TreeCell>,
     pub(super) id: TaskId,
     /// The task's place in its forest (O(1) access without hashing).
-    slot: Slot,
-    rerun: bool,
+    pub(super) slot: Slot,
+    pub(super) rerun: bool,
     /// The task's cell: its cancel flag, wake-ups, scheduler slot and
     /// parent.
     cell: Arc<TaskCell>,
@@ -175,7 +174,7 @@ impl std::fmt::Debug for TaskContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TaskContext")
             .field("task_id", &self.id)
-            .field("parent", &self.cell.parent)
+            .field("parent", &self.parent_task_id())
             .finish()
     }
 }
@@ -208,7 +207,7 @@ impl TaskContext {
 
     /// The parent task, `None` for a root.
     pub fn parent_task_id(&self) -> Option<TaskId> {
-        self.cell.parent
+        self.cell.parent_of(self.id)
     }
 
     /// The root of this task's tree.
@@ -226,24 +225,26 @@ impl TaskContext {
     }
 
     /// Runs `fut` with this handler's scheduler slot given back.
-    async fn parked<F: Future>(&self, fut: F) -> F::Output {
-        super::driver::parked(&self.inner, &self.cell, self.tree.root, fut).await
+    fn parked<F: Future>(&self, fut: F) -> Parked<'_, F> {
+        Parked::new(&self.inner, &self.cell, self.tree.root, fut, false)
     }
 
     /// A wait at a safe point (parked, and not busy for a drain). While
     /// the runtime drains, a handler of a durable tree does not run on
     /// after it: it stays here until the process ends.
-    async fn safe_wait<F: Future>(&self, fut: F) -> F::Output {
+    fn safe_wait<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
         if self.journal.is_none() {
-            return self.parked(fut).await;
+            return futures::future::Either::Left(self.parked(fut));
         }
-        let at = super::drain::AtSafePoint::enter(&self.inner);
-        let out = self.parked(fut).await;
-        if self.inner.drain.is_draining() {
-            self.parked(std::future::pending::<()>()).await;
-        }
-        drop(at);
-        out
+        futures::future::Either::Right(async move {
+            let at = super::drain::AtSafePoint::enter(&self.inner);
+            let out = self.parked(fut).await;
+            if self.inner.drain.is_draining() {
+                self.parked(std::future::pending::<()>()).await;
+            }
+            drop(at);
+            out
+        })
     }
 
     /// A safe point: while the runtime drains, a handler of a durable tree
@@ -281,9 +282,10 @@ impl TaskContext {
     ///
     /// Safe to drop and to use in `select!` (with [`cancelled`](Self::cancelled),
     /// say): a dropped wait takes the slot back at once.
-    pub async fn external<F: Future>(&self, fut: F) -> F::Output {
-        let _counted = self.inner.stats.external_entered();
-        self.parked(fut).await
+    pub fn external<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        // A hand-written future that holds `fut` once (`driver/slots.rs`):
+        // a model call's future may be kilobytes.
+        Parked::new(&self.inner, &self.cell, self.tree.root, fut, true)
     }
 
     /// Sets the status message clients see while the task runs.
@@ -334,20 +336,7 @@ impl TaskContext {
         mut check: impl FnMut(&mut TreeState, &mut Post) -> Option<R>,
     ) -> R {
         loop {
-            let mut post = Post::default();
-            let (ready, notify) = {
-                let mut st = self.tree.state.lock();
-                let r = check(&mut st, &mut post);
-                let notify = if r.is_none() {
-                    st.notify_at(self.slot)
-                } else {
-                    None
-                };
-                self.inner
-                    .absorb(self.inner.tool_of(&self.tree), &mut st, &mut post);
-                (r, notify)
-            };
-            self.inner.run_post(&self.tree, post);
+            let (ready, notify) = self.check_now(&mut check, true);
             if let Some(r) = ready {
                 return r;
             }
@@ -356,17 +345,7 @@ impl TaskContext {
             tokio::pin!(notified);
             notified.as_mut().enable();
             // Re-check after enabling so a change between unlock and enable is not missed.
-            let changed = {
-                let mut st = self.tree.state.lock();
-                let mut post = Post::default();
-                let r = check(&mut st, &mut post);
-                self.inner
-                    .absorb(self.inner.tool_of(&self.tree), &mut st, &mut post);
-                drop(st);
-                self.inner.run_post(&self.tree, post);
-                r
-            };
-            if let Some(r) = changed {
+            if let (Some(r), _) = self.check_now(&mut check, false) {
                 return r;
             }
             if park {
@@ -375,6 +354,32 @@ impl TaskContext {
                 notified.await;
             }
         }
+    }
+
+    /// Runs `check` under the tree lock, its effects absorbed and followed
+    /// up after the lock; with `notify`, when it returns `None`, also the
+    /// task's cell to wait on. A plain function, so the [`Post`] (a few
+    /// hundred bytes) is never part of a waiting handler's future.
+    fn check_now<R>(
+        &self,
+        check: &mut impl FnMut(&mut TreeState, &mut Post) -> Option<R>,
+        notify: bool,
+    ) -> (Option<R>, Option<Arc<TaskCell>>) {
+        let mut post = Post::default();
+        let (r, cell) = {
+            let mut st = self.tree.state.lock();
+            let r = check(&mut st, &mut post);
+            let cell = if r.is_none() && notify {
+                st.notify_at(self.slot)
+            } else {
+                None
+            };
+            self.inner
+                .absorb(self.inner.tool_of(&self.tree), &mut st, &mut post);
+            (r, cell)
+        };
+        self.inner.run_post(&self.tree, post);
+        (r, cell)
     }
 
     /// The safe point. Returns the steer messages queued since the last
@@ -611,15 +616,19 @@ impl TaskContext {
         F: FnOnce(TaskContext) -> Fut + Send + 'static,
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
-        let body: HandlerBody = Box::new(move |ctx| Box::pin(f(ctx)));
-        self.spawn_body(opts, body)
+        self.spawn_launcher(opts, super::supervisor::typed(f))
     }
 
+    /// [`TaskContext::spawn_subtask`] with a boxed body.
     pub(crate) fn spawn_body(
         &self,
         opts: SubtaskOptions,
         body: HandlerBody,
     ) -> Result<SubtaskHandle, TaskError> {
+        self.spawn_launcher(opts, super::supervisor::boxed(body))
+    }
+
+    fn spawn_launcher(&self, opts: SubtaskOptions, body: Launcher) -> Result<SubtaskHandle, TaskError> {
         let mut mark = None;
         if let Some(journal) = &self.journal {
             use crate::core::{Recorded, describe_spawn};
@@ -718,7 +727,7 @@ impl TaskContext {
         &self,
         st: &TreeState,
         id: TaskId,
-        body: HandlerBody,
+        body: Launcher,
         after: &[TaskId],
         rerun: bool,
     ) -> (StartJob, Vec<TaskId>) {
@@ -754,7 +763,7 @@ impl TaskContext {
     /// subtask, after `opts.after`); a terminal child keeps its stored
     /// outcome and one whose handler had returned completes with its
     /// subtasks, `body` unused.
-    fn respawn(&self, id: TaskId, opts: &SubtaskOptions, body: HandlerBody) -> SubtaskHandle {
+    fn respawn(&self, id: TaskId, opts: &SubtaskOptions, body: Launcher) -> SubtaskHandle {
         let unused = self.with(|st, now, post| {
             if !st.forest.claim(now, id) {
                 return Some(body);
@@ -770,72 +779,6 @@ impl TaskContext {
             ctx: self.clone(),
             id,
         }
-    }
-
-    /// Runs the handler in the task's `span`, turning its return, error,
-    /// panic or abort into the task's `finish`.
-    pub(crate) fn supervise(
-        self,
-        body: HandlerBody,
-        span: tracing::Span,
-    ) -> impl Future<Output = ()> + Send + 'static {
-        let ctx = self;
-        async move {
-            let counted = ctx.inner.stats.handler_started();
-            // A drain waits for the handlers of durable trees (the others
-            // cannot resume: they are not stopped, nor waited for).
-            let durable = ctx.journal.is_some();
-            if durable {
-                ctx.inner.drain.handler_started();
-            }
-            let gated = Gated::new(body(ctx.clone()), &ctx);
-            let run = AssertUnwindSafe(gated).catch_unwind();
-            let outcome = tokio::select! {
-                // The handler first: one that returns as soon as it sees its
-                // cancel never arms the grace timer.
-                biased;
-                r = run => match r {
-                    Ok(Ok(result)) => HandlerOutcome::Returned(result),
-                    Ok(Err(error)) => HandlerOutcome::Errored(error),
-                    Err(panic) => {
-                        let what = panic
-                            .downcast_ref::<&str>()
-                            .map(|s| (*s).to_owned())
-                            .or_else(|| panic.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "non-string panic".to_owned());
-                        tracing::error!(panic = %what, "handler panicked");
-                        HandlerOutcome::Errored(ErrorObject::new(
-                            ErrorCode::INTERNAL_ERROR,
-                            format!("handler panicked: {what}"),
-                        ))
-                    }
-                },
-                // The timer is boxed: it exists only for a handler that
-                // ignores its cancel, and every task stays smaller without it.
-                // The grace is read when it starts: nothing is kept for it
-                // in the supervisor's state meanwhile.
-                () = async { ctx.cell.ended().await; Box::pin(tokio::time::sleep(ctx.inner.config.cancel_grace)).await } => {
-                    let grace = ctx.inner.config.cancel_grace;
-                    tracing::warn!(grace_ms = grace.as_millis() as u64, "handler ignored cancel; aborted");
-                    HandlerOutcome::Aborted
-                }
-            };
-            drop(counted);
-            if durable {
-                ctx.inner.drain.handler_exited();
-            }
-            // The task settles (in a batch with other exits of its tree)
-            // before its slot lets queued work run.
-            let exit = Exit {
-                id: ctx.id,
-                slot: ctx.slot,
-                outcome,
-                cell: ctx.cell.clone(),
-                rerun: ctx.rerun,
-            };
-            ctx.inner.exit(&ctx.tree, exit);
-        }
-        .instrument(span)
     }
 }
 

@@ -72,6 +72,7 @@ mod recovery;
 mod scheduler;
 mod span;
 pub mod stats;
+mod supervisor;
 mod tree;
 // The web view's reads; a tree's rows also serve the control tools
 // (`server`), the tree list only the web view.
@@ -223,7 +224,7 @@ impl Runtime {
         F: FnOnce(TaskContext) -> Fut + Send + 'static,
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
-        self.start_root(None, opts, Box::new(move |ctx| Box::pin(f(ctx))))
+        self.start_root_with(None, opts, supervisor::typed(f), None, None, None)
             .expect("a root without an owner has no limit to hit")
     }
 
@@ -243,25 +244,8 @@ impl Runtime {
             resumable: true,
             call,
         };
-        self.start_root_launch(
-            None,
-            opts,
-            Box::new(move |ctx| Box::pin(f(ctx))),
-            Some(launch),
-            None,
-            None,
-        )
-        .expect("a root without an owner has no limit to hit")
-    }
-
-    /// Starts a boxed handler body as a root task owned by `owner`.
-    pub(crate) fn start_root(
-        &self,
-        owner: Option<Arc<Owner>>,
-        opts: RootOptions,
-        body: HandlerBody,
-    ) -> Result<TaskId, RuntimeError> {
-        self.start_root_launch(owner, opts, body, None, None, None)
+        self.start_root_with(None, opts, supervisor::typed(f), Some(launch), None, None)
+            .expect("a root without an owner has no limit to hit")
     }
 
     /// Starts a boxed handler body as a root task owned by `owner`, with
@@ -271,8 +255,21 @@ impl Runtime {
     pub(crate) fn start_root_launch(
         &self,
         owner: Option<Arc<Owner>>,
-        mut opts: RootOptions,
+        opts: RootOptions,
         body: HandlerBody,
+        launch: Option<Launch>,
+        label: Option<Arc<str>>,
+        trace_parent: Option<&str>,
+    ) -> Result<TaskId, RuntimeError> {
+        self.start_root_with(owner, opts, supervisor::boxed(body), launch, label, trace_parent)
+    }
+
+    /// [`Runtime::start_root_launch`] with a typed or boxed body.
+    fn start_root_with(
+        &self,
+        owner: Option<Arc<Owner>>,
+        mut opts: RootOptions,
+        body: supervisor::Launcher,
         launch: Option<Launch>,
         label: Option<Arc<str>>,
         trace_parent: Option<&str>,

@@ -214,7 +214,7 @@ impl Runtime {
                     StartJob {
                         tree: tree.clone(),
                         id: root,
-                        body,
+                        body: super::supervisor::boxed(body),
                         deps: Vec::new(),
                         rerun: true,
                         meta: None,

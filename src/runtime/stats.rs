@@ -213,16 +213,6 @@ impl StatsDelta {
     }
 }
 
-/// Counts one in a gauge until dropped (a running handler, a handler
-/// inside [`TaskContext::external`](super::TaskContext::external)).
-pub(crate) struct GaugeGuard<'a>(&'a Sharded, usize);
-
-impl Drop for GaugeGuard<'_> {
-    fn drop(&mut self) {
-        self.0.add(self.1, u64::MAX);
-    }
-}
-
 const HANDLERS: usize = 0;
 const EXTERNAL: usize = 1;
 
@@ -263,16 +253,27 @@ impl Stats {
         Some(self.tools.write().entry(label.clone()).or_default().clone())
     }
 
-    /// A handler started; the guard counts it until dropped.
-    pub(crate) fn handler_started(&self) -> GaugeGuard<'_> {
+    /// A handler started: counted until [`Stats::handler_stopped`] (its
+    /// supervisor keeps no guard, which would borrow the runtime).
+    pub(crate) fn handler_running(&self) {
         self.gauges.add(HANDLERS, 1);
-        GaugeGuard(&self.gauges, HANDLERS)
     }
 
-    /// A handler entered `ctx.external`; the guard counts it until dropped.
-    pub(crate) fn external_entered(&self) -> GaugeGuard<'_> {
+    /// A handler counted by [`Stats::handler_running`] exited (or its
+    /// supervisor was dropped).
+    pub(crate) fn handler_stopped(&self) {
+        self.gauges.add(HANDLERS, u64::MAX);
+    }
+
+    /// A handler entered `ctx.external`: counted until
+    /// [`Stats::external_left`].
+    pub(crate) fn external_entered(&self) {
         self.gauges.add(EXTERNAL, 1);
-        GaugeGuard(&self.gauges, EXTERNAL)
+    }
+
+    /// A handler left `ctx.external` (or dropped its wait).
+    pub(crate) fn external_left(&self) {
+        self.gauges.add(EXTERNAL, u64::MAX);
     }
 
     /// Every tool's counters now, by label (`None`: unlabeled trees),
@@ -372,9 +373,9 @@ mod tests {
             &stats.tool(Some(&Arc::from("fanout"))).unwrap()
         ));
         assert!(stats.tool(None).is_none());
-        let g = stats.external_entered();
+        stats.external_entered();
         assert_eq!(stats.external(), 1);
-        drop(g);
+        stats.external_left();
         assert_eq!(stats.external(), 0);
     }
 }

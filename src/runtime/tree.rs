@@ -14,10 +14,10 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, oneshot};
 
 use super::cell::TaskCell;
-use super::context::HandlerBody;
 use super::owner::Owner;
 use super::scheduler::Scheduler;
 use super::stats::ToolStats;
+use super::supervisor::Launcher;
 use crate::core::{Forest, HandlerOutcome, Slot};
 use crate::model::{JsonObject, TaskId, Timestamp};
 use crate::store::{Ticket, TreeMeta, WriteOp};
@@ -35,7 +35,7 @@ pub(crate) enum Job {
 pub(crate) struct StartJob {
     pub(crate) tree: Arc<TreeCell>,
     pub(crate) id: TaskId,
-    pub(crate) body: HandlerBody,
+    pub(crate) body: Launcher,
     pub(crate) deps: Vec<TaskId>,
     /// The handler runs again after a restart: answers it had received
     /// before are handed back when it asks the same keys.
@@ -173,7 +173,7 @@ impl TreeState {
     pub(crate) fn notify_at(&mut self, slot: Slot) -> Option<Arc<TaskCell>> {
         let rec = self.forest.task_at(slot).filter(|r| !r.is_terminal())?;
         let ending = rec.is_winding_down();
-        let parent = rec.parent();
+        let parent = rec.parent().unwrap_or(rec.id());
         Some(
             self.rt
                 .entry(slot)

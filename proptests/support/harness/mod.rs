@@ -174,7 +174,7 @@ impl Harness {
                     aware,
                     base,
                     steers: rec.queued_steers().iter().cloned().collect(),
-                    outstanding: rec.inputs().outstanding().clone(),
+                    outstanding: rec.inputs().outstanding().to_requests(),
                 })
             })
             .collect()

@@ -48,7 +48,7 @@ use crate::core::{Effect, HandlerOutcome, Slot, TaskRecord, TransitionError};
 use crate::model::{TaskId, Timestamp};
 use crate::store::{WriteBatch, WriteOp};
 
-pub(crate) use slots::{Gated, parked};
+pub(crate) use slots::Parked;
 pub(crate) use timers::timer_driver;
 
 /// Exits applied by one drainer before it hands the rest to a fresh tokio
@@ -390,7 +390,7 @@ impl Inner {
             let cell = st.notify_at(slot).expect("a started task is live");
             cell.slot(SlotState::start);
             cell.started_ms.store(now.as_millis(), Ordering::Relaxed);
-            let span = job.span.clone();
+            // The supervisor enters the span from the cell.
             let _ = cell.span.set(job.span);
             let journal = tree.journaled.then(|| {
                 let cursor = if rerun {
@@ -400,9 +400,9 @@ impl Inner {
                 };
                 Arc::new(Mutex::new(cursor))
             });
-            Some((job.body, span, deps, slot, cell, journal))
+            Some((job.body, deps, slot, cell, journal))
         });
-        let Some((body, span, deps, slot, cell, journal)) = started else {
+        let Some((body, deps, slot, cell, journal)) = started else {
             return false;
         };
         if journal.is_some() {
@@ -416,8 +416,7 @@ impl Inner {
             rerun,
             journal,
         };
-        let ctx = TaskContext::new(self.clone(), tree, start);
-        tokio::spawn(ctx.supervise(body, span));
+        body.launch(TaskContext::new(self.clone(), tree, start));
         true
     }
 }

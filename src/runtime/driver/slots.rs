@@ -1,17 +1,19 @@
 //! Slot accounting: the slot a task takes as it is created, the slot a
-//! handler gives back while parked and takes again, the slots given back
-//! when handlers exit, and the gate that polls a handler only while it may
-//! run. Every `try_acquire`, `release` and `force_acquire` of the runtime
-//! is here; the per-handler state machine is `cell.rs`'s [`SlotState`].
+//! handler gives back while parked and takes again ([`Parked`]), the slots
+//! given back when handlers exit. Every `try_acquire`, `release` and
+//! `force_acquire` of the runtime is here; the per-handler state machine is
+//! `cell.rs`'s [`SlotState`], and the gate that polls a handler only while
+//! it may run is its supervisor's (`supervisor.rs`).
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 
-use futures::future::BoxFuture;
+use tokio::sync::oneshot;
 
 use crate::model::TaskId;
 use crate::runtime::cell::{Grant, Park, SlotState, TaskCell, Unpark};
-use crate::runtime::context::{HandlerResult, TaskContext};
 use crate::runtime::inner::Inner;
 use crate::runtime::tree::{Job, StartJob};
 
@@ -26,127 +28,162 @@ impl Inner {
     /// Takes a slot for `cell`'s handler. The scheduler marks the slot held
     /// as it grants it ([`Inner::run_jobs`]), so a slot granted to a handler
     /// that is dropped before it runs again is still released on exit.
-    async fn acquire(self: &Arc<Self>, cell: &Arc<TaskCell>, root: TaskId) {
+    pub(crate) async fn acquire(self: &Arc<Self>, cell: &Arc<TaskCell>, root: TaskId) {
+        if let Some(granted) = self.acquire_now(cell, root) {
+            // A closed channel means the runtime dropped the job; run on.
+            let _ = granted.await;
+        }
+    }
+
+    /// [`Inner::acquire`]'s first step: takes a free slot now (`None`), or
+    /// queues a request for one and returns the receiver of its grant.
+    fn acquire_now(self: &Arc<Self>, cell: &Arc<TaskCell>, root: TaskId) -> Option<oneshot::Receiver<()>> {
         if self.sched.try_acquire(root) {
             // Surplus when an earlier request, abandoned with its wait, was
             // granted meanwhile: the handler holds that one.
             if cell.slot(SlotState::grant) == Grant::Surplus {
                 self.release_slots(root, 1);
             }
-            return;
+            return None;
         }
-        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (tx, rx) = oneshot::channel();
         let ready = self.sched.submit(root, Job::Resume(cell.clone(), tx), true);
         self.run_jobs(ready);
-        // A closed channel means the runtime dropped the job; run on.
-        let _ = rx.await;
+        Some(rx)
     }
-}
 
-/// Runs `fut` with the handler's scheduler slot given back: a parked wait
-/// (paused, awaiting input, awaiting a subtask).
-pub(crate) async fn parked<F: Future>(
-    inner: &Arc<Inner>,
-    cell: &Arc<TaskCell>,
-    root: TaskId,
-    fut: F,
-) -> F::Output {
-    inner.park(cell, root);
-    let _guard = BlockGuard { cell, inner, root };
-    let out = fut.await;
-    if cell.slot(|s| s.leaving_without_slot()) {
-        inner.acquire(cell, root).await;
-    }
-    out
-}
-
-/// Polls a handler body only while it may run: holding a slot or inside a
-/// parked wait. A handler that dropped a parked wait midway (a `select!` or a
-/// timeout around a context call) takes a slot again before it runs on.
-pub(crate) struct Gated<'a> {
-    body: BoxFuture<'static, HandlerResult>,
-    ctx: &'a TaskContext,
-    acquiring: Option<BoxFuture<'a, ()>>,
-    /// Whether the body was polled yet (for the `subtask::handler` log).
-    started: bool,
-}
-
-impl<'a> Gated<'a> {
-    /// Gates `body`, the handler of the task of `ctx`.
-    pub(crate) fn new(body: BoxFuture<'static, HandlerResult>, ctx: &'a TaskContext) -> Self {
-        Gated {
-            body,
-            ctx,
-            acquiring: None,
-            started: false,
+    /// Leaves a parked wait, also one dropped midway (a `select!` or a
+    /// timeout around a context call). A handler that abandons a wait
+    /// without its slot back takes one at once, over the limit if need be:
+    /// it runs on in the same poll, and a slot must never leak or be missing.
+    fn unpark(&self, cell: &TaskCell, root: TaskId) {
+        if cell.slot(SlotState::unpark) == Unpark::ForceSlot {
+            self.sched.force_acquire(root);
         }
     }
 }
 
-impl Future for Gated<'_> {
-    type Output = HandlerResult;
+/// Where a [`Parked`] wait is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Not polled yet: the slot is still held.
+    Start,
+    /// The slot was given back; the wait runs.
+    Waiting,
+    /// The wait ended; a slot is being taken back.
+    Acquiring,
+    /// Returned (or never started): nothing to undo.
+    Done,
+}
 
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<HandlerResult> {
-        let ctx = self.ctx;
-        let (cell, inner) = (ctx.cell_ref(), ctx.inner_ref());
-        // Past the instance's lease the handler is frozen: another
-        // instance may run it now (a cluster's fencing, `LeaseGate`).
-        if let Some(gate) = inner.lease.get()
-            && !gate.valid()
-        {
-            return std::task::Poll::Pending;
-        }
-        loop {
-            if let Some(acq) = self.acquiring.as_mut() {
-                std::task::ready!(acq.as_mut().poll(cx));
-                self.acquiring = None;
-            }
-            if cell.slot(|s| s.needs_slot()) {
-                let root = ctx.root_id();
-                self.acquiring = Some(Box::pin(async move { inner.acquire(cell, root).await }));
-                continue;
-            }
-            // Logged from inside the gate, so no handler logs (or runs)
-            // past a cluster instance's lease.
-            if !self.started {
-                self.started = true;
-                tracing::debug!(target: "subtask::handler", task = %ctx.task_id(), "handler started");
-            }
-            let r = self.body.as_mut().poll(cx);
-            if r.is_ready() {
-                // A poll under way when the lease lapsed (the process was
-                // stopped in the middle of it and runs again past its
-                // lease): its outcome is not this instance's to report any
-                // more. The handler stays frozen (it is never polled again).
-                if let Some(gate) = inner.lease.get()
-                    && !gate.valid()
-                {
-                    return std::task::Poll::Pending;
+pin_project_lite::pin_project! {
+    /// Runs `fut` with the handler's scheduler slot given back: a parked
+    /// wait (paused, awaiting input, a subtask or something outside the
+    /// runtime), and takes a slot again before returning.
+    ///
+    /// Hand-written rather than an `async fn`: it holds `fut` once (an
+    /// `async fn` keeps its argument apart from the future it awaits, and
+    /// each async layer above did so again) and its slot request in one
+    /// pointer, so a parked handler's future stays small.
+    pub(crate) struct Parked<'a, F: Future> {
+        inner: &'a Arc<Inner>,
+        cell: &'a Arc<TaskCell>,
+        root: TaskId,
+        #[pin]
+        fut: F,
+        // The wait's output while a slot is being taken back.
+        out: Option<F::Output>,
+        // The grant of a slot request queued when none was free.
+        granted: Option<oneshot::Receiver<()>>,
+        step: Step,
+        // Counted in the gauge of handlers in `ctx.external` while parked.
+        external: bool,
+    }
+
+    impl<'a, F: Future> PinnedDrop for Parked<'a, F> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if matches!(*this.step, Step::Waiting | Step::Acquiring) {
+                this.inner.unpark(this.cell, *this.root);
+                if *this.external {
+                    this.inner.stats.external_left();
                 }
-                tracing::debug!(target: "subtask::handler", task = %ctx.task_id(), "handler returned");
             }
-            return r;
         }
     }
 }
 
-/// Ends a parked wait, also when its future is dropped midway (a `select!`
-/// or a timeout around a context call). A handler that abandons a wait
-/// without its slot back takes one at once, over the limit if need be: it
-/// runs on in the same poll, and a slot must never leak or be missing.
-struct BlockGuard<'a> {
-    cell: &'a TaskCell,
-    inner: &'a Arc<Inner>,
-    root: TaskId,
+impl<'a, F: Future> Parked<'a, F> {
+    /// A parked wait on `fut` for `cell`'s handler, in the tree of `root`;
+    /// `external`: counted as a wait in `ctx.external`.
+    pub(crate) fn new(
+        inner: &'a Arc<Inner>,
+        cell: &'a Arc<TaskCell>,
+        root: TaskId,
+        fut: F,
+        external: bool,
+    ) -> Self {
+        Parked {
+            inner,
+            cell,
+            root,
+            fut,
+            out: None,
+            granted: None,
+            step: Step::Start,
+            external,
+        }
+    }
 }
 
-impl Drop for BlockGuard<'_> {
-    fn drop(&mut self) {
-        if self.cell.slot(SlotState::unpark) == Unpark::ForceSlot {
-            self.inner.sched.force_acquire(self.root);
+impl<F: Future> Future for Parked<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let mut this = self.project();
+        loop {
+            match *this.step {
+                Step::Start => {
+                    if *this.external {
+                        this.inner.stats.external_entered();
+                    }
+                    this.inner.park(this.cell, *this.root);
+                    *this.step = Step::Waiting;
+                }
+                Step::Waiting => {
+                    let out = ready!(this.fut.as_mut().poll(cx));
+                    if this.cell.slot(|s| s.leaving_without_slot())
+                        && let Some(granted) = this.inner.acquire_now(this.cell, *this.root)
+                    {
+                        *this.out = Some(out);
+                        *this.granted = Some(granted);
+                        *this.step = Step::Acquiring;
+                        continue;
+                    }
+                    *this.step = Step::Done;
+                    this.inner.unpark(this.cell, *this.root);
+                    if *this.external {
+                        this.inner.stats.external_left();
+                    }
+                    return Poll::Ready(out);
+                }
+                Step::Acquiring => {
+                    let granted = this
+                        .granted
+                        .as_mut()
+                        .expect("a request is queued while acquiring");
+                    // A closed channel means the runtime dropped the job; run on.
+                    let _ = ready!(Pin::new(granted).poll(cx));
+                    *this.granted = None;
+                    *this.step = Step::Done;
+                    this.inner.unpark(this.cell, *this.root);
+                    if *this.external {
+                        this.inner.stats.external_left();
+                    }
+                    return Poll::Ready(this.out.take().expect("the output is kept while acquiring"));
+                }
+                Step::Done => panic!("a parked wait polled after it returned"),
+            }
         }
     }
 }
