@@ -252,6 +252,7 @@ impl Runtime {
     /// what a store needs to run it again after a restart, the tree's
     /// label (the tool it runs) and the W3C `traceparent` of the request
     /// that started it, if it carried one (its span's remote parent).
+    #[cfg(feature = "server")]
     pub(crate) fn start_root_launch(
         &self,
         owner: Option<Arc<Owner>>,
