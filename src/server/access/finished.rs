@@ -88,7 +88,10 @@ impl Elsewhere for Finished {
             // index, tens of µs from the page cache) runs on the request's
             // thread: a hop to the blocking pool and back cost more than
             // the read (`docs/durability.md`, "Finished trees").
-            let reads = self.store.finished().expect("a store that answers for finished trees");
+            let reads = self
+                .store
+                .finished()
+                .expect("a store that answers for finished trees");
             let Some(row) = reads.read_task(id).map_err(store_error)? else {
                 return Ok(None);
             };
