@@ -5,8 +5,6 @@
 
 use std::sync::Arc;
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use serde_json::Value;
@@ -125,15 +123,13 @@ impl Elsewhere for Arc<Node> {
     }
 }
 
-/// A cluster's `tasks/list` cursor: the stored sequence numbers of the
-/// last tree and task listed.
-fn encode_cursor((tree, task): (i64, i64)) -> String {
-    URL_SAFE_NO_PAD.encode(format!("subtask-dblist:{tree}:{task}"))
+/// The prefix of a cluster's `tasks/list` cursor.
+const CURSOR: &str = "subtask-dblist";
+
+fn encode_cursor(at: (i64, i64)) -> String {
+    super::encode_stored_cursor(CURSOR, at)
 }
 
 fn decode_cursor(raw: &str) -> Option<(i64, i64)> {
-    let bytes = URL_SAFE_NO_PAD.decode(raw).ok()?;
-    let text = String::from_utf8(bytes).ok()?;
-    let (tree, task) = text.strip_prefix("subtask-dblist:")?.split_once(':')?;
-    Some((tree.parse().ok()?, task.parse().ok()?))
+    super::decode_stored_cursor(CURSOR, raw)
 }

@@ -9,8 +9,6 @@
 
 use std::sync::Arc;
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use futures::future::BoxFuture;
 use futures::stream::{BoxStream, StreamExt};
 use serde_json::Value;
@@ -222,38 +220,26 @@ impl Elsewhere for Finished {
                 .collect())
         })
     }
-
-    #[cfg(feature = "ui")]
-    fn tree_changes(&self, _: TaskId) -> BoxStream<'static, ()> {
-        // A tree that is not held here is finished: it does not change.
-        futures::stream::empty().boxed()
-    }
-
-    fn fenced(&self) -> Option<BoxFuture<'static, ()>> {
-        None
-    }
-
-    fn fenced_error(&self) -> Option<ErrorObject> {
-        None
-    }
+    // `tree_changes`, `fenced`, `fenced_error`: the defaults (a finished
+    // tree does not change; a single instance is never fenced).
 }
 
-/// A `tasks/list` cursor read from the store: the list positions of the
-/// last tree and task listed.
-fn encode_cursor((tree, task): (i64, i64)) -> String {
-    URL_SAFE_NO_PAD.encode(format!("subtask-filelist:{tree}:{task}"))
+/// The prefix of a `tasks/list` cursor read from the SQLite file.
+const CURSOR: &str = "subtask-filelist";
+
+fn encode_cursor(at: (i64, i64)) -> String {
+    super::encode_stored_cursor(CURSOR, at)
 }
 
 fn decode_cursor(raw: &str) -> Option<(i64, i64)> {
-    let bytes = URL_SAFE_NO_PAD.decode(raw).ok()?;
-    let text = String::from_utf8(bytes).ok()?;
-    let (tree, task) = text.strip_prefix("subtask-filelist:")?.split_once(':')?;
-    Some((tree.parse().ok()?, task.parse().ok()?))
+    super::decode_stored_cursor(CURSOR, raw)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
     #[test]
     fn list_cursors_round_trip_and_garbage_is_refused() {

@@ -116,18 +116,25 @@ pub(crate) trait Elsewhere: Send + Sync {
     ) -> BoxFuture<'a, Result<Vec<TreeOfRows>, ErrorObject>>;
 
     /// A tick each time tree `root` may have changed, subscribed when
-    /// called; empty when nothing here follows trees held elsewhere.
+    /// called; empty (the default) when the trees held elsewhere do not
+    /// change here (none, or only finished ones).
     #[cfg(feature = "ui")]
-    fn tree_changes(&self, root: TaskId) -> BoxStream<'static, ()>;
+    fn tree_changes(&self, _root: TaskId) -> BoxStream<'static, ()> {
+        futures::stream::empty().boxed()
+    }
 
     /// A future that resolves once this instance is fenced: its trees may
     /// be held elsewhere now, and what follows them here must end; `None`
-    /// for a single instance, which is never fenced.
-    fn fenced(&self) -> Option<BoxFuture<'static, ()>>;
+    /// (the default) for a single instance, which is never fenced.
+    fn fenced(&self) -> Option<BoxFuture<'static, ()>> {
+        None
+    }
 
     /// The error a request gets while this instance is fenced; `None`
-    /// while it serves.
-    fn fenced_error(&self) -> Option<ErrorObject>;
+    /// (the default) while it serves.
+    fn fenced_error(&self) -> Option<ErrorObject> {
+        None
+    }
 
     /// Whether other instances hold trees (a cluster): the web view says
     /// its live-task count is this instance's.
@@ -191,19 +198,6 @@ impl Elsewhere for Nowhere {
         _: &'a str,
     ) -> BoxFuture<'a, Result<Vec<TreeOfRows>, ErrorObject>> {
         Box::pin(async { Ok(Vec::new()) })
-    }
-
-    #[cfg(feature = "ui")]
-    fn tree_changes(&self, _: TaskId) -> BoxStream<'static, ()> {
-        futures::stream::empty().boxed()
-    }
-
-    fn fenced(&self) -> Option<BoxFuture<'static, ()>> {
-        None
-    }
-
-    fn fenced_error(&self) -> Option<ErrorObject> {
-        None
     }
 }
 
@@ -584,6 +578,22 @@ fn decode_cursor(raw: &str) -> Option<ListPosition> {
         tree: tree.parse().ok()?,
         task: task.parse().ok()?,
     })
+}
+
+/// A `tasks/list` cursor of a list read from a database (a cluster's, or
+/// the SQLite file's): `prefix`, then the stored sequence numbers of the
+/// last tree and task listed. Each reader has its own prefix, so a cursor
+/// of one is refused by the other.
+fn encode_stored_cursor(prefix: &str, (tree, task): (i64, i64)) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{prefix}:{tree}:{task}"))
+}
+
+/// The positions in a cursor [`encode_stored_cursor`] made with `prefix`.
+fn decode_stored_cursor(prefix: &str, raw: &str) -> Option<(i64, i64)> {
+    let bytes = URL_SAFE_NO_PAD.decode(raw).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (tree, task) = text.strip_prefix(prefix)?.strip_prefix(':')?.split_once(':')?;
+    Some((tree.parse().ok()?, task.parse().ok()?))
 }
 
 #[cfg(test)]
