@@ -4,10 +4,11 @@
 //! answers for it, no longer loads it at start, and deletes it once its
 //! deletion time passes. A live tree is never let go.
 
+#[path = "support/tempdir.rs"]
+mod tempdir;
 #[path = "support/until.rs"]
 mod until;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,29 +17,10 @@ use subtask::core::{ClientView, RootOptions};
 use subtask::model::{JsonObject, TaskId, TaskStatus};
 use subtask::runtime::{Runtime, RuntimeConfig, SubtaskOptions, TaskContext};
 use subtask::store::{SqliteConfig, SqliteStore, StoredTask, TaskStore, TreeMeta, WriteBatch, WriteOp};
+use tempdir::TempDir;
 use until::until;
 
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!("subtask-finished-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Dir(p)
-    }
-    fn db(&self) -> PathBuf {
-        self.0.join("tasks.db")
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn open(dir: &Dir) -> Arc<SqliteStore> {
+fn open(dir: &TempDir) -> Arc<SqliteStore> {
     Arc::new(SqliteStore::open(SqliteConfig::new(dir.db())).expect("open the store"))
 }
 
@@ -84,7 +66,7 @@ fn children(rt: &Runtime, id: TaskId) -> Vec<TaskId> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_tree_leaves_memory_after_its_grace_and_the_file_answers_for_it() {
-    let dir = Dir::new("release");
+    let dir = TempDir::new("finished-release");
     let store = open(&dir);
     let rt = Runtime::with_store(config(Duration::from_millis(300)), store.clone());
     // A live tree that must stay: its root waits until told to end.
@@ -146,7 +128,7 @@ async fn a_finished_tree_leaves_memory_after_its_grace_and_the_file_answers_for_
 
 #[test]
 fn a_let_go_tree_is_not_loaded_at_start_and_live_ones_are() {
-    let dir = Dir::new("restart");
+    let dir = TempDir::new("finished-restart");
     let (finished, live) = {
         let tokio = tokio::runtime::Runtime::new().unwrap();
         let store = open(&dir);
@@ -190,7 +172,7 @@ fn a_let_go_tree_is_not_loaded_at_start_and_live_ones_are() {
 /// sweeper deletes its rows.
 #[test]
 fn the_store_deletes_a_let_go_tree_once_its_deletion_time_passes() {
-    let dir = Dir::new("sweep");
+    let dir = TempDir::new("finished-sweep");
     let store = open(&dir);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
