@@ -513,18 +513,22 @@ function segments(r, end) {
   return out;
 }
 
-function timelineRowEl(t, id, i, now, axis) {
+// The cells a tree row and a timeline row share: the row at its place,
+// the task's indented id and place, its status. `caret` (the tree view's
+// fold control, or null) goes before the id.
+function rowStart(t, id, i, cls, indentPx, caret) {
   const node = t.nodes.get(id);
   const r = node.row;
-  const div = el('div', 'row tl-row');
+  const div = el('div', cls);
   div.style.top = i * ROW_H + 'px';
   div.dataset.id = id;
   div.dataset.status = r.status;
   if (id === t.selected) div.classList.add('selected');
   const c1 = el('span', 'c-tree');
   const indent = el('span', 'indent');
-  indent.style.width = node.depth * 10 + 'px';
+  indent.style.width = node.depth * indentPx + 'px';
   c1.appendChild(indent);
+  if (caret) c1.appendChild(caret);
   c1.appendChild(el('code', 'sid', shortId(id)));
   if (node.depth === 0) c1.appendChild(el('span', '', ' root'));
   else c1.appendChild(el('span', 'dim', ' #' + r.pos));
@@ -532,6 +536,12 @@ function timelineRowEl(t, id, i, now, axis) {
   const c2 = el('span', 'c-status');
   c2.appendChild(badge(r.status));
   div.appendChild(c2);
+  return div;
+}
+
+function timelineRowEl(t, id, i, now, axis) {
+  const r = t.nodes.get(id).row;
+  const div = rowStart(t, id, i, 'row tl-row', 10, null);
   const c3 = el('span', 'c-bar');
   const end = endOf(r, now);
   const life = Math.max(end - r.created, 0);
@@ -595,17 +605,7 @@ function setView(view) {
 }
 
 function rowEl(t, id, i, now) {
-  const node = t.nodes.get(id);
-  const r = node.row;
-  const div = el('div', 'row');
-  div.style.top = i * ROW_H + 'px';
-  div.dataset.id = id;
-  div.dataset.status = r.status;
-  if (id === t.selected) div.classList.add('selected');
-  const c1 = el('span', 'c-tree');
-  const indent = el('span', 'indent');
-  indent.style.width = node.depth * 16 + 'px';
-  c1.appendChild(indent);
+  const r = t.nodes.get(id).row;
   const caret = el('span', 'caret', r.kids ? (t.collapsed.has(id) ? '▸' : '▾') : '');
   if (r.kids) {
     caret.addEventListener('click', (e) => {
@@ -615,14 +615,7 @@ function rowEl(t, id, i, now) {
       schedule(t);
     });
   }
-  c1.appendChild(caret);
-  c1.appendChild(el('code', 'sid', shortId(id)));
-  if (node.depth === 0) c1.appendChild(el('span', '', ' root'));
-  else c1.appendChild(el('span', 'dim', ' #' + r.pos));
-  div.appendChild(c1);
-  const c2 = el('span', 'c-status');
-  c2.appendChild(badge(r.status));
-  div.appendChild(c2);
+  const div = rowStart(t, id, i, 'row', 16, caret);
   const c3 = el('span', 'c-prog');
   if (r.kids) {
     const bar = el('span', 'bar');
