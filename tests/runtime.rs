@@ -691,3 +691,75 @@ async fn a_task_queued_for_a_slot_says_its_place() {
         assert_eq!(t.task().status_message, None, "the queue message is gone");
     }
 }
+
+/// `request_input`'s hand-written future (`context/input.rs`): an answer
+/// ends the wait; a wait dropped midway withdraws its request (the task is
+/// `working` again) and its key stays used (I9); a cancel ends a wait with
+/// `Interrupted`. Each step's outcome goes to the test over a channel.
+#[tokio::test(start_paused = true)]
+async fn an_input_wait_returns_its_answer_withdraws_when_dropped_and_ends_on_cancel() {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let ask = || obj(serde_json::json!({"method": "elicitation/create"}));
+    let (go, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let (rt, root) = rt_spawn_asker(tx, go_rx, ask);
+    // 1. Answered.
+    until("first request", || status(&rt, root) == TaskStatus::InputRequired).await;
+    let mut answer = InputResponses::new();
+    answer.insert("first".into(), obj(serde_json::json!({"action": "accept"})));
+    assert_eq!(rt.update(root, answer).unwrap(), vec!["first".to_owned()]);
+    assert_eq!(rx.recv().await.unwrap(), "answered accept");
+    // 2. Dropped by a timeout around it: withdrawn, and the task works on.
+    until("second request", || {
+        status(&rt, root) == TaskStatus::InputRequired
+    })
+    .await;
+    assert_eq!(rx.recv().await.unwrap(), "timed out");
+    let snap = rt.get(root, V).unwrap();
+    assert_eq!(snap.status(), TaskStatus::Working, "{snap:?}");
+    let mut late = InputResponses::new();
+    late.insert("second".into(), obj(serde_json::json!({"action": "accept"})));
+    assert!(
+        rt.update(root, late).unwrap().is_empty(),
+        "a withdrawn request takes no answer"
+    );
+    go.send(()).unwrap();
+    // 3. Its key is used: asking again under it is rejected.
+    assert_eq!(rx.recv().await.unwrap(), "reused key rejected");
+    // 4. Cancelled while waiting.
+    until("third request", || status(&rt, root) == TaskStatus::InputRequired).await;
+    let _ = rt.cancel(root).unwrap();
+    assert_eq!(rx.recv().await.unwrap(), "interrupted");
+    let done = rt.wait(root, V).await.unwrap();
+    assert_eq!(done.status(), TaskStatus::Cancelled);
+}
+
+fn rt_spawn_asker(
+    tx: tokio::sync::mpsc::UnboundedSender<String>,
+    go: tokio::sync::oneshot::Receiver<()>,
+    ask: impl Fn() -> JsonObject + Send + 'static,
+) -> (Runtime, TaskId) {
+    let rt = Runtime::new(RuntimeConfig::default());
+    let root = rt.spawn(RootOptions::default(), move |ctx| async move {
+        let a = ctx.request_input("first", ask()).await?;
+        let _ = tx.send(format!("answered {}", a["action"].as_str().unwrap_or("?")));
+        let timed = tokio::time::timeout(Duration::from_secs(5), ctx.request_input("second", ask())).await;
+        let _ = tx.send(if timed.is_err() {
+            "timed out".into()
+        } else {
+            format!("{timed:?}")
+        });
+        let _ = ctx.external(go).await;
+        let again = ctx.request_input("second", ask()).await;
+        let _ = tx.send(match again {
+            Err(TaskError::Rejected(_)) => "reused key rejected".into(),
+            other => format!("{other:?}"),
+        });
+        let third = ctx.request_input("third", ask()).await;
+        let _ = tx.send(match &third {
+            Err(TaskError::Interrupted) => "interrupted".into(),
+            other => format!("{other:?}"),
+        });
+        Ok(third?)
+    });
+    (rt, root)
+}

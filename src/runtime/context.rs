@@ -6,13 +6,15 @@ use std::sync::Arc;
 use futures::Stream;
 use futures::future::BoxFuture;
 
+mod input;
+
 use super::cell::TaskCell;
 use super::driver::Parked;
 use super::durable::JournalCursor;
 use super::error::{Interrupted, RuntimeError};
 use super::inner::Inner;
 use super::supervisor::Launcher;
-use super::tree::{Post, StartJob, TaskRt, TreeCell, TreeState};
+use super::tree::{Post, StartJob, TreeCell, TreeState};
 use crate::core::{ChildOptions, SafePoint, Slot, TaskRecord, TransitionError};
 use crate::model::{ErrorObject, JsonObject, TaskId, TaskOutcome};
 
@@ -226,7 +228,7 @@ impl TaskContext {
 
     /// Runs `fut` with this handler's scheduler slot given back.
     fn parked<F: Future>(&self, fut: F) -> Parked<'_, F> {
-        Parked::new(&self.inner, &self.cell, self.tree.root, fut, false)
+        Parked::new(self, fut, false)
     }
 
     /// A wait at a safe point (parked, and not busy for a drain). While
@@ -285,7 +287,7 @@ impl TaskContext {
     pub fn external<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
         // A hand-written future that holds `fut` once (`driver/slots.rs`):
         // a model call's future may be kilobytes.
-        Parked::new(&self.inner, &self.cell, self.tree.root, fut, true)
+        Parked::new(self, fut, true)
     }
 
     /// Sets the status message clients see while the task runs.
@@ -495,67 +497,14 @@ impl TaskContext {
     /// # Cancellation safety
     ///
     /// Dropping the future withdraws the request.
-    pub async fn request_input(
+    pub fn request_input(
         &self,
         key: impl Into<String>,
         request: JsonObject,
-    ) -> Result<JsonObject, TaskError> {
-        let key = key.into();
-        self.safe_point().await;
-        if self.rerun {
-            // Replaying after a restart: a key answered before the restart
-            // gets the same answer again.
-            let tree = self.tree.state.lock();
-            if let Some(answer) = tree
-                .forest
-                .task(self.id)
-                .and_then(|r| r.inputs().answered().get(&key).cloned())
-            {
-                return Ok(answer);
-            }
-        }
-        self.with(|st, now, _| st.forest.request_input(now, self.id, key.clone(), request))?;
-        struct Withdraw<'a> {
-            ctx: &'a TaskContext,
-            key: &'a str,
-            armed: bool,
-        }
-        impl Drop for Withdraw<'_> {
-            fn drop(&mut self) {
-                if self.armed {
-                    self.ctx.with(|st, now, _| {
-                        let _ = st.forest.withdraw_input(now, self.ctx.id, self.key);
-                        if let Some(rare) = st.rt.get_mut(self.ctx.slot).and_then(TaskRt::rare) {
-                            rare.answers.remove(self.key);
-                        }
-                    });
-                }
-            }
-        }
-        let mut guard = Withdraw {
-            ctx: self,
-            key: &key,
-            armed: true,
-        };
-        let (id, slot) = (self.id, self.slot);
-        let out = self
-            .wait_until(true, |st, _| {
-                let answer = st
-                    .rt
-                    .get_mut(slot)
-                    .and_then(TaskRt::rare)
-                    .and_then(|rare| rare.answers.remove(&key));
-                if let Some(answer) = answer {
-                    return Some(Ok(answer));
-                }
-                match st.forest.task(id) {
-                    Some(r) if !r.is_terminal() && !r.is_winding_down() => None,
-                    _ => Some(Err(TaskError::Interrupted)),
-                }
-            })
-            .await;
-        guard.armed = false;
-        out
+    ) -> impl Future<Output = Result<JsonObject, TaskError>> + Send + '_ {
+        // Hand-written (`context/input.rs`): a task awaiting input holds
+        // this future for as long as a human takes to answer.
+        input::InputWait::new(self, key.into(), request)
     }
 
     /// Steer messages as a stream, oldest first, each exactly once. Nothing

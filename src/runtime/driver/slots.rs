@@ -14,6 +14,7 @@ use tokio::sync::oneshot;
 
 use crate::model::TaskId;
 use crate::runtime::cell::{Grant, Park, SlotState, TaskCell, Unpark};
+use crate::runtime::context::TaskContext;
 use crate::runtime::inner::Inner;
 use crate::runtime::tree::{Job, StartJob};
 
@@ -25,19 +26,16 @@ impl Inner {
         }
     }
 
-    /// Takes a slot for `cell`'s handler. The scheduler marks the slot held
-    /// as it grants it ([`Inner::run_jobs`]), so a slot granted to a handler
-    /// that is dropped before it runs again is still released on exit.
-    pub(crate) async fn acquire(self: &Arc<Self>, cell: &Arc<TaskCell>, root: TaskId) {
-        if let Some(granted) = self.acquire_now(cell, root) {
-            // A closed channel means the runtime dropped the job; run on.
-            let _ = granted.await;
-        }
-    }
-
-    /// [`Inner::acquire`]'s first step: takes a free slot now (`None`), or
-    /// queues a request for one and returns the receiver of its grant.
-    fn acquire_now(self: &Arc<Self>, cell: &Arc<TaskCell>, root: TaskId) -> Option<oneshot::Receiver<()>> {
+    /// Takes a slot for `cell`'s handler: a free one now (`None`), or
+    /// queues a request for one and returns the receiver of its grant. The
+    /// scheduler marks the slot held as it grants it ([`Inner::run_jobs`]),
+    /// so a slot granted to a handler that is dropped before it runs again
+    /// is still released on exit.
+    pub(crate) fn acquire_now(
+        self: &Arc<Self>,
+        cell: &Arc<TaskCell>,
+        root: TaskId,
+    ) -> Option<oneshot::Receiver<()>> {
         if self.sched.try_acquire(root) {
             // Surplus when an earlier request, abandoned with its wait, was
             // granted meanwhile: the handler holds that one.
@@ -86,15 +84,16 @@ pin_project_lite::pin_project! {
     /// each async layer above did so again) and its slot request in one
     /// pointer, so a parked handler's future stays small.
     pub(crate) struct Parked<'a, F: Future> {
-        inner: &'a Arc<Inner>,
-        cell: &'a Arc<TaskCell>,
-        root: TaskId,
+        // The handler's context: its runtime, cell and tree (one pointer,
+        // not three: a parked wait is part of a parked handler's future).
+        ctx: &'a TaskContext,
         #[pin]
         fut: F,
         // The wait's output while a slot is being taken back.
         out: Option<F::Output>,
-        // The grant of a slot request queued when none was free.
-        granted: Option<oneshot::Receiver<()>>,
+        // The grant of a slot request queued when none was free (boxed:
+        // the slow path only, and 8 bytes inline rather than 16).
+        granted: Option<Box<oneshot::Receiver<()>>>,
         step: Step,
         // Counted in the gauge of handlers in `ctx.external` while parked.
         external: bool,
@@ -104,9 +103,10 @@ pin_project_lite::pin_project! {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             if matches!(*this.step, Step::Waiting | Step::Acquiring) {
-                this.inner.unpark(this.cell, *this.root);
+                let ctx = *this.ctx;
+                ctx.inner_ref().unpark(ctx.cell_ref(), ctx.root_id());
                 if *this.external {
-                    this.inner.stats.external_left();
+                    ctx.inner_ref().stats.external_left();
                 }
             }
         }
@@ -114,19 +114,11 @@ pin_project_lite::pin_project! {
 }
 
 impl<'a, F: Future> Parked<'a, F> {
-    /// A parked wait on `fut` for `cell`'s handler, in the tree of `root`;
-    /// `external`: counted as a wait in `ctx.external`.
-    pub(crate) fn new(
-        inner: &'a Arc<Inner>,
-        cell: &'a Arc<TaskCell>,
-        root: TaskId,
-        fut: F,
-        external: bool,
-    ) -> Self {
+    /// A parked wait on `fut` for `ctx`'s handler; `external`: counted as
+    /// a wait in `ctx.external`.
+    pub(crate) fn new(ctx: &'a TaskContext, fut: F, external: bool) -> Self {
         Parked {
-            inner,
-            cell,
-            root,
+            ctx,
             fut,
             out: None,
             granted: None,
@@ -136,34 +128,43 @@ impl<'a, F: Future> Parked<'a, F> {
     }
 }
 
+impl<F: Future> Parked<'_, F> {
+    /// The awaited future, pinned (to prepare it before the first poll).
+    pub(crate) fn wait_mut(self: Pin<&mut Self>) -> Pin<&mut F> {
+        self.project().fut
+    }
+}
+
 impl<F: Future> Future for Parked<'_, F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let mut this = self.project();
+        let ctx = *this.ctx;
+        let (inner, cell, root) = (ctx.inner_ref(), ctx.cell_ref(), ctx.root_id());
         loop {
             match *this.step {
                 Step::Start => {
                     if *this.external {
-                        this.inner.stats.external_entered();
+                        inner.stats.external_entered();
                     }
-                    this.inner.park(this.cell, *this.root);
+                    inner.park(cell, root);
                     *this.step = Step::Waiting;
                 }
                 Step::Waiting => {
                     let out = ready!(this.fut.as_mut().poll(cx));
-                    if this.cell.slot(|s| s.leaving_without_slot())
-                        && let Some(granted) = this.inner.acquire_now(this.cell, *this.root)
+                    if cell.slot(|s| s.leaving_without_slot())
+                        && let Some(granted) = inner.acquire_now(cell, root)
                     {
                         *this.out = Some(out);
-                        *this.granted = Some(granted);
+                        *this.granted = Some(Box::new(granted));
                         *this.step = Step::Acquiring;
                         continue;
                     }
                     *this.step = Step::Done;
-                    this.inner.unpark(this.cell, *this.root);
+                    inner.unpark(cell, root);
                     if *this.external {
-                        this.inner.stats.external_left();
+                        inner.stats.external_left();
                     }
                     return Poll::Ready(out);
                 }
@@ -173,12 +174,12 @@ impl<F: Future> Future for Parked<'_, F> {
                         .as_mut()
                         .expect("a request is queued while acquiring");
                     // A closed channel means the runtime dropped the job; run on.
-                    let _ = ready!(Pin::new(granted).poll(cx));
+                    let _ = ready!(Pin::new(&mut **granted).poll(cx));
                     *this.granted = None;
                     *this.step = Step::Done;
-                    this.inner.unpark(this.cell, *this.root);
+                    inner.unpark(cell, root);
                     if *this.external {
-                        this.inner.stats.external_left();
+                        inner.stats.external_left();
                     }
                     return Poll::Ready(this.out.take().expect("the output is kept while acquiring"));
                 }
