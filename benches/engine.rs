@@ -41,7 +41,23 @@ static HEAP: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::ne
 fn count(delta: isize) {
     if COUNTING.load(Ordering::Relaxed) {
         HEAP.fetch_add(delta, Ordering::Relaxed);
+        if HIST_ON.load(Ordering::Relaxed) {
+            let size = delta.unsigned_abs().min(HIST.len() - 1);
+            HIST[size].fetch_add(delta.signum(), Ordering::Relaxed);
+        }
     }
+}
+
+/// `SUBTASK_BENCH_HIST=1`: a parked-task child also counts live
+/// allocations by requested size and prints, per task, the sizes that
+/// grew (where a parked task's bytes are: `docs/performance.md`).
+static HIST_ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
+static HIST: [std::sync::atomic::AtomicIsize; 4096] = [ZERO; 4096];
+
+fn hist_snapshot() -> Vec<isize> {
+    HIST.iter().map(|a| a.load(Ordering::SeqCst)).collect()
 }
 
 /// Heap bytes in use since counting started (a memory child only).
@@ -81,7 +97,8 @@ unsafe impl<A: std::alloc::GlobalAlloc> std::alloc::GlobalAlloc for Counting<A> 
         // SAFETY: the caller's contract, forwarded.
         let p = unsafe { self.0.realloc(ptr, layout, new_size) };
         if !p.is_null() {
-            count(new_size as isize - layout.size() as isize);
+            count(-(layout.size() as isize));
+            count(new_size as isize);
         }
         p
     }
@@ -835,6 +852,7 @@ async fn parked_subtask(rt: Runtime, wait: &str, n: usize, measure: bool) -> ((f
     let mut ids = Vec::with_capacity(n);
     tokio::time::sleep(Duration::from_millis(50)).await;
     let (heap0, rss0) = (heap_bytes(), rss_bytes());
+    let h0 = hist_snapshot();
     for rx in receivers.drain(..) {
         let id = match wait {
             "external" => rt.spawn(root_opts(), move |ctx| async move {
@@ -886,6 +904,16 @@ async fn parked_subtask(rt: Runtime, wait: &str, n: usize, measure: bool) -> ((f
         (heap_bytes() - heap0) as f64 / n as f64,
         rss_bytes().saturating_sub(rss0) as f64 / n as f64,
     );
+    if measure && HIST_ON.load(Ordering::Relaxed) {
+        let h1 = hist_snapshot();
+        for (size, (a, b)) in h0.iter().zip(&h1).enumerate() {
+            let d = b - a;
+            if d.unsigned_abs() >= n / 50 {
+                let per = d as f64 / n as f64;
+                println!("# size {size}: {per:.2} per task, {:.1} B", per * size as f64);
+            }
+        }
+    }
     if !measure {
         match wait {
             "external" => senders.drain(..).for_each(|tx| {
@@ -1047,6 +1075,7 @@ fn main() {
         match kind.strip_prefix("parked-") {
             Some(what) => {
                 // Before anything of the measurement allocates.
+                HIST_ON.store(std::env::var_os("SUBTASK_BENCH_HIST").is_some(), Ordering::SeqCst);
                 COUNTING.store(true, Ordering::SeqCst);
                 parked_child(what, n);
             }
