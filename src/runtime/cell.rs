@@ -48,12 +48,21 @@ pub(crate) struct TaskCell {
     /// clock readings the start and exit commands make anyway, so timing
     /// a handler reads no clock of its own.
     pub(crate) started_ms: AtomicU64,
+    /// The task's id and its slot in its forest (a handler's context reads
+    /// them here: it keeps only pointers).
+    pub(crate) id: crate::model::TaskId,
+    pub(crate) place: crate::core::Slot,
 }
 
 impl TaskCell {
     /// A cell for a live task (`parent`: its parent, the task's own id for
     /// a root); `ending` when it already winds down.
-    pub(crate) fn new(ending: bool, parent: crate::model::TaskId) -> Arc<TaskCell> {
+    pub(crate) fn new(
+        ending: bool,
+        parent: crate::model::TaskId,
+        id: crate::model::TaskId,
+        place: crate::core::Slot,
+    ) -> Arc<TaskCell> {
         Arc::new(TaskCell {
             notify: Notify::new(),
             ending: AtomicBool::new(ending),
@@ -63,6 +72,8 @@ impl TaskCell {
             span: std::sync::OnceLock::new(),
             parent,
             started_ms: AtomicU64::new(0),
+            id,
+            place,
         })
     }
 

@@ -158,24 +158,28 @@ pub(crate) struct Started {
 pub struct TaskContext {
     pub(super) inner: Arc<Inner>,
     pub(super) tree: Arc<TreeCell>,
-    pub(super) id: TaskId,
-    /// The task's place in its forest (O(1) access without hashing).
-    pub(super) slot: Slot,
-    pub(super) rerun: bool,
-    /// The task's cell: its cancel flag, wake-ups, scheduler slot and
-    /// parent.
-    cell: Arc<TaskCell>,
-    /// A thin pointer (a context is copied into every handler's future
-    /// and its supervisor's: each byte here counts twice per task).
-    deps: Option<Arc<Vec<DependencyOutcome>>>,
+    /// The task's cell: its id and slot, its cancel flag, wake-ups,
+    /// scheduler slot and parent.
+    pub(super) cell: Arc<TaskCell>,
+    /// What few handlers have (dependencies, a re-run, a journal), behind
+    /// one thin pointer: a context is in every handler's future (and each
+    /// subtask handle's), and 32 bytes here keep a parked handler's tokio
+    /// task in tokio's 256-byte step.
+    extra: Option<Arc<Extra>>,
+}
+
+/// The rarely set part of a [`TaskContext`].
+struct Extra {
+    deps: Vec<DependencyOutcome>,
+    rerun: bool,
     /// Where the handler is in its journal (a durable tree only).
-    pub(super) journal: Option<JournalCursor>,
+    journal: Option<JournalCursor>,
 }
 
 impl std::fmt::Debug for TaskContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TaskContext")
-            .field("task_id", &self.id)
+            .field("task_id", &self.cell.id)
             .field("parent", &self.parent_task_id())
             .finish()
     }
@@ -183,33 +187,38 @@ impl std::fmt::Debug for TaskContext {
 
 impl TaskContext {
     pub(crate) fn new(inner: Arc<Inner>, tree: Arc<TreeCell>, start: Started) -> Self {
+        debug_assert!(start.cell.id == start.id && start.cell.place == start.slot);
+        // No allocation for the common case: no dependencies, a first run,
+        // no journal.
+        let extra = (!start.deps.is_empty() || start.rerun || start.journal.is_some()).then(|| {
+            Arc::new(Extra {
+                deps: start.deps,
+                rerun: start.rerun,
+                journal: start.journal,
+            })
+        });
         TaskContext {
             inner,
             tree,
-            id: start.id,
-            slot: start.slot,
             cell: start.cell,
-            // No allocation for the common case of no dependencies.
-            deps: (!start.deps.is_empty()).then(|| Arc::new(start.deps)),
-            rerun: start.rerun,
-            journal: start.journal,
+            extra,
         }
     }
 
     /// Whether this handler runs again after a restart or a takeover (a
     /// durable tree's re-run: its journal is replayed; `docs/durability.md`).
     pub fn is_rerun(&self) -> bool {
-        self.rerun
+        self.extra.as_ref().is_some_and(|e| e.rerun)
     }
 
     /// This task's id.
     pub fn task_id(&self) -> TaskId {
-        self.id
+        self.cell.id
     }
 
     /// The parent task, `None` for a root.
     pub fn parent_task_id(&self) -> Option<TaskId> {
-        self.cell.parent_of(self.id)
+        self.cell.parent_of(self.cell.id)
     }
 
     /// The root of this task's tree.
@@ -219,7 +228,12 @@ impl TaskContext {
 
     /// Outcomes of the dependencies named in [`SubtaskOptions::after`], in that order.
     pub fn dependencies(&self) -> &[DependencyOutcome] {
-        self.deps.as_deref().map_or(&[], Vec::as_slice)
+        self.extra.as_deref().map_or(&[], |e| e.deps.as_slice())
+    }
+
+    /// Where the handler is in its journal (a durable tree only).
+    pub(super) fn journal(&self) -> Option<&JournalCursor> {
+        self.extra.as_deref().and_then(|e| e.journal.as_ref())
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut TreeState, crate::model::Timestamp, &mut Post) -> R) -> R {
@@ -235,7 +249,7 @@ impl TaskContext {
     /// the runtime drains, a handler of a durable tree does not run on
     /// after it: it stays here until the process ends.
     fn safe_wait<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
-        if self.journal.is_none() {
+        if self.journal().is_none() {
             return futures::future::Either::Left(self.parked(fut));
         }
         futures::future::Either::Right(async move {
@@ -253,7 +267,7 @@ impl TaskContext {
     /// stops here (its slot given back) until the process ends; it resumes
     /// from its journal on the next start.
     pub(crate) async fn safe_point(&self) {
-        if self.journal.is_some() && self.inner.drain.is_draining() {
+        if self.journal().is_some() && self.inner.drain.is_draining() {
             let _at = super::drain::AtSafePoint::enter(&self.inner);
             self.parked(std::future::pending::<()>()).await;
         }
@@ -294,14 +308,14 @@ impl TaskContext {
     pub fn set_status_message(&self, message: impl Into<String>) {
         let message = message.into();
         self.with(|st, now, _| {
-            let _ = st.forest.set_status_message(now, self.id, Some(message));
+            let _ = st.forest.set_status_message(now, self.cell.id, Some(message));
         });
     }
 
     /// Clears the status message (a completed task then shows none).
     pub fn clear_status_message(&self) {
         self.with(|st, now, _| {
-            let _ = st.forest.set_status_message(now, self.id, None);
+            let _ = st.forest.set_status_message(now, self.cell.id, None);
         });
     }
 
@@ -372,7 +386,7 @@ impl TaskContext {
             let mut st = self.tree.state.lock();
             let r = check(&mut st, &mut post);
             let cell = if r.is_none() && notify {
-                st.notify_at(self.slot)
+                st.notify_at(self.cell.place)
             } else {
                 None
             };
@@ -398,9 +412,9 @@ impl TaskContext {
     /// Safe: steers are only taken when the call returns them.
     pub async fn checkpoint(&self) -> Result<Vec<String>, TaskError> {
         self.safe_point().await;
-        let id = self.id;
+        let id = self.cell.id;
         let now = || self.inner.now();
-        let Some(journal) = &self.journal else {
+        let Some(journal) = self.journal() else {
             return self
                 .wait_until(true, |st, _| match st.forest.reach_safe_point(now(), id) {
                     Ok(SafePoint::Continue(steers)) => Some(Ok(steers)),
@@ -460,7 +474,7 @@ impl TaskContext {
     /// Parks while the task is paused (taking no steers); returns at once
     /// otherwise, also when the task winds down (the next checkpoint reports it).
     pub(crate) async fn wait_point(&self) {
-        let id = self.id;
+        let id = self.cell.id;
         let now = || self.inner.now();
         self.wait_until(true, |st, _| match st.forest.wait_point(now(), id) {
             Ok(SafePoint::Park) => None,
@@ -482,7 +496,7 @@ impl TaskContext {
     /// If dropped while parked, the task stays paused until resumed.
     pub async fn pause_self(&self, reason: impl Into<String>) -> Result<Vec<String>, TaskError> {
         let reason = reason.into();
-        self.with(|st, now, _| st.forest.pause_self(now, self.id, Some(reason)))?;
+        self.with(|st, now, _| st.forest.pause_self(now, self.cell.id, Some(reason)))?;
         self.checkpoint().await
     }
 
@@ -518,7 +532,7 @@ impl TaskContext {
                     if let Some(m) = buf.pop_front() {
                         return Some((m, (ctx, buf)));
                     }
-                    if let Some(journal) = &ctx.journal {
+                    if let Some(journal) = ctx.journal() {
                         // A re-run's stream hands back what the first run's took.
                         let replayed: Vec<String> = journal.lock().streamed.drain(..).collect();
                         if !replayed.is_empty() {
@@ -526,9 +540,9 @@ impl TaskContext {
                             continue;
                         }
                     }
-                    let id = ctx.id;
+                    let id = ctx.cell.id;
                     let now = ctx.inner.now();
-                    let journaled = ctx.journal.is_some();
+                    let journaled = ctx.journal().is_some();
                     let got = ctx
                         .wait_until(false, |st, _| {
                             match st.forest.take_steers_journaled(now, id, journaled) {
@@ -579,7 +593,7 @@ impl TaskContext {
 
     fn spawn_launcher(&self, opts: SubtaskOptions, body: Launcher) -> Result<SubtaskHandle, TaskError> {
         let mut mark = None;
-        if let Some(journal) = &self.journal {
+        if let Some(journal) = self.journal() {
             use crate::core::{Recorded, describe_spawn};
             let what = super::durable::spawn_identity(opts.name.as_deref(), opts.args.as_deref());
             let mut c = journal.lock();
@@ -617,7 +631,7 @@ impl TaskContext {
         } else {
             None
         };
-        let parent = self.id;
+        let parent = self.cell.id;
         let (id, job) = self.with(|st, now, post| -> Result<(TaskId, Option<StartJob>), TaskError> {
             if let Err(dependency) = st.forest.check_after(parent, &opts.after) {
                 return Err(TaskError::Rejected(RuntimeError::InvalidDependency {
@@ -693,7 +707,7 @@ impl TaskContext {
             span: super::span::task_span(
                 self.cell.span.get().unwrap_or(&tracing::Span::current()),
                 id,
-                Some(self.id),
+                Some(self.cell.id),
                 tree.root,
                 tree.label.as_deref(),
                 None,
@@ -773,14 +787,14 @@ impl SubtaskHandle {
         // and a parent paused meanwhile does not run on until resumed.
         let ctx = &self.ctx;
         ctx.safe_point().await;
-        let entered = ctx.with(|st, now, _| st.forest.enter_wait(now, ctx.id).is_ok());
+        let entered = ctx.with(|st, now, _| st.forest.enter_wait(now, ctx.cell.id).is_ok());
         struct Leave<'a>(&'a TaskContext, bool);
         impl Drop for Leave<'_> {
             fn drop(&mut self) {
                 if self.1 {
                     let ctx = self.0;
                     ctx.with(|st, now, _| {
-                        let _ = st.forest.leave_wait(now, ctx.id);
+                        let _ = st.forest.leave_wait(now, ctx.cell.id);
                     });
                 }
             }
@@ -790,7 +804,7 @@ impl SubtaskHandle {
         leave.1 = false;
         if entered {
             ctx.with(|st, now, _| {
-                let _ = st.forest.leave_wait(now, ctx.id);
+                let _ = st.forest.leave_wait(now, ctx.cell.id);
             });
         }
         ctx.wait_point().await;

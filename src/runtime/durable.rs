@@ -124,7 +124,7 @@ impl TaskContext {
         F: FnOnce() -> Fut,
         Fut: Future<Output = T>,
     {
-        let Some(journal) = self.journal.clone() else {
+        let Some(journal) = self.journal().cloned() else {
             return Ok(work().await);
         };
         // Before a step nothing is in flight: a drain stops the handler here.
@@ -137,7 +137,7 @@ impl TaskContext {
         };
         match recorded {
             Some(Recorded::Step { name: was, output }) if was == name => {
-                tracing::debug!(target: JOURNAL_TARGET, task = %self.id, seq, step = name, "step replayed");
+                tracing::debug!(target: JOURNAL_TARGET, task = %self.cell.id, seq, step = name, "step replayed");
                 return serde_json::from_value(output).map_err(|e| {
                     self.diverge(
                         seq,
@@ -149,7 +149,7 @@ impl TaskContext {
             Some(other) => return Err(self.diverge(seq, &other.describe(), &format!("step {name:?}"))),
             None => {}
         }
-        tracing::debug!(target: JOURNAL_TARGET, task = %self.id, seq, step = name, "step runs");
+        tracing::debug!(target: JOURNAL_TARGET, task = %self.cell.id, seq, step = name, "step runs");
         let value = work().await;
         let output = serde_json::to_value(&value)
             .map_err(|e| TaskError::Rejected(RuntimeError::Journal(e.to_string())))?;
@@ -159,10 +159,10 @@ impl TaskContext {
             output,
         };
         self.inner.with_tree(&self.tree, |st, now, _| {
-            st.forest.record_entry(now, self.id, entry)
+            st.forest.record_entry(now, self.cell.id, entry)
         })?;
         self.journal_durable().await?;
-        tracing::debug!(target: JOURNAL_TARGET, task = %self.id, seq, step = name, "step recorded");
+        tracing::debug!(target: JOURNAL_TARGET, task = %self.cell.id, seq, step = name, "step recorded");
         Ok(value)
     }
 
@@ -176,7 +176,7 @@ impl TaskContext {
     /// keep the old code on that branch until no such tree is left. Always
     /// `true` outside a durable tree.
     pub fn patched(&self, id: &str) -> bool {
-        let Some(journal) = &self.journal else {
+        let Some(journal) = self.journal() else {
             return true;
         };
         let seq = {
@@ -202,7 +202,7 @@ impl TaskContext {
         };
         // Lands before anything the handler records after it: no wait.
         let _ = self.inner.with_tree(&self.tree, |st, now, _| {
-            st.forest.record_entry(now, self.id, entry)
+            st.forest.record_entry(now, self.cell.id, entry)
         });
         true
     }
@@ -211,9 +211,9 @@ impl TaskContext {
     /// the error for the handler.
     pub(crate) fn diverge(&self, seq: u32, recorded: &str, now: &str) -> TaskError {
         let error = divergence_error(seq, recorded, now);
-        tracing::error!(task = %self.id, position = seq, recorded, rerun = now, "a re-run diverged from its journal");
+        tracing::error!(task = %self.cell.id, position = seq, recorded, rerun = now, "a re-run diverged from its journal");
         let _ = self.inner.with_tree(&self.tree, |st, now, _| {
-            st.forest.fail_diverged(now, self.id, error.clone())
+            st.forest.fail_diverged(now, self.cell.id, error.clone())
         });
         TaskError::Diverged(error)
     }

@@ -111,27 +111,23 @@ fn panicked(panic: &(dyn std::any::Any + Send)) -> ErrorObject {
     ErrorObject::new(ErrorCode::INTERNAL_ERROR, format!("handler panicked: {what}"))
 }
 
-/// What a supervisor keeps of its handler's context: the context less
-/// what only the handler uses (its dependencies, its journal cursor), 48
-/// bytes rather than 64 in every running handler's tokio task.
+/// What a supervisor keeps of its handler's context: its three pointers
+/// and whether it is a re-run (not what only the handler uses: its
+/// dependencies, its journal cursor).
 struct Handle {
     inner: std::sync::Arc<super::inner::Inner>,
     tree: std::sync::Arc<super::tree::TreeCell>,
     cell: std::sync::Arc<super::cell::TaskCell>,
-    id: crate::model::TaskId,
-    slot: crate::core::Slot,
     rerun: bool,
 }
 
 impl Handle {
     fn of(ctx: TaskContext) -> Handle {
         Handle {
-            id: ctx.task_id(),
-            slot: ctx.slot,
-            rerun: ctx.rerun,
-            cell: ctx.cell_ref().clone(),
-            tree: ctx.tree.clone(),
-            inner: ctx.inner.clone(),
+            rerun: ctx.is_rerun(),
+            cell: ctx.cell,
+            tree: ctx.tree,
+            inner: ctx.inner,
         }
     }
 
@@ -148,7 +144,7 @@ impl Handle {
     }
 
     fn task_id(&self) -> crate::model::TaskId {
-        self.id
+        self.cell.id
     }
 }
 
@@ -195,7 +191,7 @@ impl<B: Future<Output = HandlerResult>> Supervisor<B> {
         ctx.inner.stats.handler_running();
         // A drain waits for the handlers of durable trees (the others
         // cannot resume: they are not stopped, nor waited for).
-        let durable = ctx.journal.is_some();
+        let durable = ctx.journal().is_some();
         if durable {
             ctx.inner.drain.handler_started();
         }
@@ -312,8 +308,8 @@ impl<B: Future<Output = HandlerResult>> Future for Supervisor<B> {
         // The task settles (in a batch with other exits of its tree) before
         // its slot lets queued work run.
         let exit = Exit {
-            id: ctx.id,
-            slot: ctx.slot,
+            id: ctx.cell.id,
+            slot: ctx.cell.place,
             outcome,
             cell: ctx.cell_ref().clone(),
             rerun: ctx.rerun,

@@ -173,12 +173,12 @@ impl TreeState {
     pub(crate) fn notify_at(&mut self, slot: Slot) -> Option<Arc<TaskCell>> {
         let rec = self.forest.task_at(slot).filter(|r| !r.is_terminal())?;
         let ending = rec.is_winding_down();
-        let parent = rec.parent().unwrap_or(rec.id());
+        let (id, parent) = (rec.id(), rec.parent().unwrap_or(rec.id()));
         Some(
             self.rt
                 .entry(slot)
                 .cell
-                .get_or_insert_with(|| TaskCell::new(ending, parent))
+                .get_or_insert_with(|| TaskCell::new(ending, parent, id, slot))
                 .clone(),
         )
     }

@@ -67,8 +67,8 @@ pin_project_lite::pin_project! {
             if matches!(*this.step, Step::Check | Step::Parked { armed: true, .. }) {
                 let (ctx, key) = (*this.ctx, &**this.key);
                 ctx.with(|st, now, _| {
-                    let _ = st.forest.withdraw_input(now, ctx.id, key);
-                    if let Some(rare) = st.rt.get_mut(ctx.slot).and_then(TaskRt::rare) {
+                    let _ = st.forest.withdraw_input(now, ctx.cell.id, key);
+                    if let Some(rare) = st.rt.get_mut(ctx.cell.place).and_then(TaskRt::rare) {
                         rare.answers.remove(key);
                     }
                 });
@@ -98,7 +98,7 @@ fn answer_of(
     &mut crate::runtime::tree::TreeState,
     &mut crate::runtime::tree::Post,
 ) -> Option<Result<JsonObject, TaskError>> {
-    let (id, slot) = (ctx.id, ctx.slot);
+    let (id, slot) = (ctx.cell.id, ctx.cell.place);
     move |st, _| {
         let answer = st
             .rt
@@ -126,7 +126,7 @@ impl Future for InputWait<'_> {
                 StepProj::Start { request } => {
                     // The safe point: while the runtime drains, a durable
                     // tree's handler stops here until the process ends.
-                    if ctx.journal.is_some() && ctx.inner.drain.is_draining() {
+                    if ctx.journal().is_some() && ctx.inner.drain.is_draining() {
                         let at = Some(AtSafePoint::enter(&ctx.inner));
                         let park = Parked::new(ctx, Either::Right(std::future::pending()), false);
                         this.step.set(Step::Parked {
@@ -136,13 +136,13 @@ impl Future for InputWait<'_> {
                         });
                         continue;
                     }
-                    if ctx.rerun {
+                    if ctx.is_rerun() {
                         // Replaying after a restart: a key answered before
                         // the restart gets the same answer again.
                         let tree = ctx.tree.state.lock();
                         if let Some(answer) = tree
                             .forest
-                            .task(ctx.id)
+                            .task(ctx.cell.id)
                             .and_then(|r| r.inputs().answered().get(&**this.key).cloned())
                         {
                             drop(tree);
@@ -152,7 +152,8 @@ impl Future for InputWait<'_> {
                     }
                     let request = request.take().expect("the request is issued once");
                     let key = this.key.to_string();
-                    if let Err(e) = ctx.with(|st, now, _| st.forest.request_input(now, ctx.id, key, request))
+                    if let Err(e) =
+                        ctx.with(|st, now, _| st.forest.request_input(now, ctx.cell.id, key, request))
                     {
                         this.step.set(Step::Done);
                         return Poll::Ready(Err(e.into()));
@@ -165,7 +166,7 @@ impl Future for InputWait<'_> {
                         this.step.set(Step::Done);
                         return Poll::Ready(out);
                     }
-                    let at = ctx.journal.is_some().then(|| AtSafePoint::enter(&ctx.inner));
+                    let at = ctx.journal().is_some().then(|| AtSafePoint::enter(&ctx.inner));
                     let park = Parked::new(ctx, Either::Left(ctx.cell_ref().notify.notified()), false);
                     this.step.set(Step::Parked {
                         park,
