@@ -469,12 +469,10 @@ impl Forest {
             fail_fast,
             steers: VecDeque::new(),
             inputs: None,
-            phase: Phase::Active(Box::new(Active {
-                handler: HandlerState::Queued,
-                pause,
-                ending: None,
-                waits: 0,
-                awaiting_dependencies: false,
+            phase: Phase::Active(Box::new({
+                let mut active = Active::new(HandlerState::Queued);
+                active.set_pause(pause);
+                active
             })),
             timeline: Timeline::default(),
             touch_epoch: 0,
@@ -567,7 +565,7 @@ impl Forest {
         mark: Option<super::journal::SpawnMark>,
     ) -> Result<TaskId, TransitionError> {
         let (pslot, prec, pact) = self.active_slot(parent)?;
-        if pact.ending.is_some() {
+        if pact.ending().is_some() {
             return Err(TransitionError::WindingDown(parent));
         }
         match pact.handler {
@@ -595,7 +593,7 @@ impl Forest {
         self.begin(now);
         let now = self.now;
         let prec = &self.tasks[pslot];
-        let pause = match prec.active().map(|a| &a.pause) {
+        let pause = match prec.active().map(|a| a.pause()) {
             Some(PauseState::Pending { via } | PauseState::Paused { via, .. }) => PauseState::Paused {
                 via: *via,
                 prior: TaskStatus::Working,

@@ -87,8 +87,8 @@ impl Forest {
                     }
                     // I6 (structural part): a cancelled/failing parent's live children wind down too.
                     if let (Some(pa), Some(a)) = (prec.active(), rec.active())
-                        && matches!(pa.ending, Some(Ending::Cancelling { .. }))
-                        && a.ending.is_none()
+                        && matches!(pa.ending(), Some(Ending::Cancelling { .. }))
+                        && a.ending().is_none()
                     {
                         return fail(
                             "I6",
@@ -197,7 +197,7 @@ impl Forest {
                         );
                     }
                     if rec.has_outstanding_inputs()
-                        && (a.handler != HandlerState::Running || a.ending.is_some())
+                        && (a.handler != HandlerState::Running || a.ending().is_some())
                     {
                         return fail(
                             "I9",
@@ -205,7 +205,8 @@ impl Forest {
                             "input requests outstanding without a running handler".into(),
                         );
                     }
-                    if a.ending.is_some() && (a.pause != PauseState::Unpaused || !rec.steers.is_empty()) {
+                    if a.ending().is_some() && (*a.pause() != PauseState::Unpaused || !rec.steers.is_empty())
+                    {
                         return fail(
                             "I6",
                             id,
@@ -215,7 +216,7 @@ impl Forest {
                     if matches!(a.handler, HandlerState::Exited(_)) && !rec.steers.is_empty() {
                         return fail("I10", id, "finished handler still has steers queued".into());
                     }
-                    match a.pause {
+                    match *a.pause() {
                         PauseState::Pending { via } | PauseState::Paused { via, .. } => {
                             if via != id && !self.is_ancestor(via, id) {
                                 return fail(
@@ -224,7 +225,7 @@ impl Forest {
                                     format!("paused via {via}, which is not an ancestor"),
                                 );
                             }
-                            if let PauseState::Pending { .. } = a.pause
+                            if let PauseState::Pending { .. } = a.pause()
                                 && (a.handler != HandlerState::Running
                                     || rec.has_outstanding_inputs()
                                     || a.waits > 0)
@@ -241,7 +242,7 @@ impl Forest {
                     // An expired task that is winding down (waiting for its handler
                     // or children) no longer has a timer: it fired.
                     let fired = rec.expiry_timer.is_none()
-                        && a.ending.is_some()
+                        && a.ending().is_some()
                         && rec.expires_at().is_some_and(|e| e <= self.now);
                     if rec.expiry_timer != rec.expires_at() && !fired {
                         return fail("timers", id, "expiry timer does not match the TTL".into());

@@ -327,7 +327,7 @@ impl Forest {
                 .map_or_else(|| "a spawn".to_owned(), |r| r.describe());
             let error = divergence_error(seq, &what, "no such act (its handler returned first)");
             if let Some(a) = self.rec_mut_at(slot).active_mut() {
-                a.handler = HandlerState::Exited(HandlerOutcome::Aborted);
+                a.handler = HandlerState::Exited(Box::new(HandlerOutcome::Aborted));
             }
             self.fail_cancelling_below(slot, error, "its parent's re-run no longer spawns it".to_owned());
         }
@@ -348,7 +348,7 @@ impl Forest {
         error: ErrorObject,
     ) -> Result<(), TransitionError> {
         let (slot, _, a) = self.active_slot(id)?;
-        if a.ending.is_some() {
+        if a.ending().is_some() {
             return Ok(());
         }
         self.begin(now);
@@ -376,7 +376,7 @@ impl Forest {
 /// Whether the task waits for its parent's re-run to spawn it again.
 pub(crate) fn is_awaiting(rec: &TaskRecord) -> bool {
     rec.journal().is_some_and(|j| j.awaiting)
-        && matches!(&rec.phase, Phase::Active(a) if a.ending.is_none() && a.handler == HandlerState::Queued)
+        && matches!(&rec.phase, Phase::Active(a) if a.ending().is_none() && a.handler == HandlerState::Queued)
 }
 
 impl Forest {

@@ -67,7 +67,7 @@ impl Forest {
         if a.handler != HandlerState::Queued {
             return Err(TransitionError::AlreadyStarted(id));
         }
-        if matches!(a.pause, PauseState::Paused { .. }) {
+        if matches!(a.pause(), PauseState::Paused { .. }) {
             return Err(TransitionError::Paused(id));
         }
         self.begin(now);
@@ -197,13 +197,13 @@ impl Forest {
         book.outstanding.insert(key.clone(), &request);
         book.used.insert(key);
         if let Some(a) = rec.active_mut()
-            && let PauseState::Pending { via } = a.pause
+            && let PauseState::Pending { via } = *a.pause()
         {
-            a.pause = PauseState::Paused {
+            a.set_pause(PauseState::Paused {
                 via,
                 prior: TaskStatus::InputRequired,
                 reason: None,
-            };
+            });
         }
         self.end();
         Ok(())
@@ -316,12 +316,12 @@ impl Forest {
         let prior = rec.unpaused_status();
         if let Some(a) = rec.active_mut() {
             a.waits += 1;
-            if let PauseState::Pending { via } = a.pause {
-                a.pause = PauseState::Paused {
+            if let PauseState::Pending { via } = *a.pause() {
+                a.set_pause(PauseState::Paused {
                     via,
                     prior,
                     reason: None,
-                };
+                });
             }
         }
         self.end();
@@ -360,21 +360,21 @@ impl Forest {
         let Some(a) = rec.active() else {
             unreachable!("require_running checked the task is active")
         };
-        if a.ending.is_some() {
+        if a.ending().is_some() {
             return Ok(SafePoint::Stop);
         }
-        match a.pause {
+        match *a.pause() {
             PauseState::Paused { .. } => Ok(SafePoint::Park),
             PauseState::Pending { via } => {
                 self.begin(now);
                 let rec = self.rec_mut(id);
                 let prior = rec.unpaused_status();
                 if let Some(a) = rec.active_mut() {
-                    a.pause = PauseState::Paused {
+                    a.set_pause(PauseState::Paused {
                         via,
                         prior,
                         reason: None,
-                    };
+                    });
                 }
                 self.end();
                 Ok(SafePoint::Park)
@@ -400,10 +400,10 @@ impl Forest {
         let Some(a) = rec.active() else {
             unreachable!("require_running checked the task is active")
         };
-        if a.ending.is_some() {
+        if a.ending().is_some() {
             return Err(TransitionError::WindingDown(id));
         }
-        let via = match a.pause {
+        let via = match *a.pause() {
             PauseState::Paused { .. } => return Err(TransitionError::AlreadyPaused(id)),
             PauseState::Pending { via } => via,
             PauseState::Unpaused => id,
@@ -412,7 +412,7 @@ impl Forest {
         let rec = self.rec_mut_at(slot);
         let prior = rec.unpaused_status();
         if let Some(a) = rec.active_mut() {
-            a.pause = PauseState::Paused { via, prior, reason };
+            a.set_pause(PauseState::Paused { via, prior, reason });
         }
         // Descendants follow, paused through the same task as this one, so
         // resuming that task resumes them too.
@@ -477,7 +477,7 @@ impl Forest {
         if let Some(a) = rec.active_mut() {
             // A handler error with live children and no decided ending fails
             // the task after cancelling them.
-            if a.ending.is_none() && live_children > 0 {
+            if a.ending().is_none() && live_children > 0 {
                 fail_children = match &outcome {
                     HandlerOutcome::Returned(_) => None,
                     HandlerOutcome::Errored(e) => Some(e.clone()),
@@ -486,14 +486,14 @@ impl Forest {
                     }
                 };
             }
-            a.handler = HandlerState::Exited(outcome);
+            a.handler = HandlerState::Exited(Box::new(outcome));
             // A finished handler is parked for good: a pending pause takes effect.
-            if let PauseState::Pending { via } = a.pause {
-                a.pause = PauseState::Paused {
+            if let PauseState::Pending { via } = *a.pause() {
+                a.set_pause(PauseState::Paused {
                     via,
                     prior: TaskStatus::Working,
                     reason: None,
-                };
+                });
             }
         }
         if let Some(error) = fail_children {
@@ -554,7 +554,7 @@ impl Forest {
     /// handler will ever take it; `LimitExceeded` for queue length or size.
     pub fn steer(&mut self, now: Timestamp, id: TaskId, message: String) -> Result<(), TransitionError> {
         let (slot, rec, a) = self.active_slot(id)?;
-        if a.ending.is_some() {
+        if a.ending().is_some() {
             return Err(TransitionError::WindingDown(id));
         }
         if matches!(a.handler, HandlerState::Exited(_)) {
@@ -593,18 +593,18 @@ impl Forest {
     /// `Terminal`, `AlreadyPaused`, `UnknownTask`.
     pub fn pause(&mut self, now: Timestamp, id: TaskId) -> Result<PauseOutcome, TransitionError> {
         let (slot, _, a) = self.active_slot(id)?;
-        match a.pause {
+        match *a.pause() {
             PauseState::Paused { .. } => return Err(TransitionError::AlreadyPaused(id)),
             PauseState::Pending { .. } => return Ok(PauseOutcome::Pending),
             PauseState::Unpaused => {}
         }
-        if a.ending.is_some() {
+        if a.ending().is_some() {
             return Ok(PauseOutcome::Unchanged);
         }
         self.begin(now);
         self.pause_one(slot, id);
         self.pause_descendants_via(slot, id);
-        let outcome = match self.tasks[slot].active().map(|a| &a.pause) {
+        let outcome = match self.tasks[slot].active().map(|a| a.pause()) {
             Some(PauseState::Paused { .. }) => PauseOutcome::Paused,
             _ => PauseOutcome::Pending,
         };
@@ -615,13 +615,13 @@ impl Forest {
     fn pause_one(&mut self, slot: Slot, via: TaskId) {
         let rec = &self.tasks[slot];
         let Some(a) = rec.active() else { return };
-        if a.ending.is_some() || a.pause != PauseState::Unpaused {
+        if a.ending().is_some() || *a.pause() != PauseState::Unpaused {
             return;
         }
         let parked = a.handler != HandlerState::Running || rec.has_outstanding_inputs() || a.waits > 0;
         let prior = rec.unpaused_status();
         if let Some(a) = self.rec_mut_at(slot).active_mut() {
-            a.pause = if parked {
+            a.set_pause(if parked {
                 PauseState::Paused {
                     via,
                     prior,
@@ -629,7 +629,7 @@ impl Forest {
                 }
             } else {
                 PauseState::Pending { via }
-            };
+            });
         }
     }
 
@@ -660,7 +660,7 @@ impl Forest {
             if t == slot {
                 continue;
             }
-            let via = match self.tasks[t].active().map(|a| &a.pause) {
+            let via = match self.tasks[t].active().map(|a| a.pause()) {
                 Some(PauseState::Pending { via } | PauseState::Paused { via, .. }) => *via,
                 _ => continue,
             };
@@ -677,8 +677,8 @@ impl Forest {
         let rec = self.rec_mut_at(slot);
         let id = rec.id;
         if let Some(a) = rec.active_mut() {
-            woke = matches!(a.pause, PauseState::Paused { .. });
-            a.pause = PauseState::Unpaused;
+            woke = matches!(a.pause(), PauseState::Paused { .. });
+            a.set_pause(PauseState::Unpaused);
         }
         if woke {
             self.emit(Effect::WakeHandler { id, slot });
@@ -697,7 +697,7 @@ impl Forest {
         let rec = &self.tasks[slot];
         match rec.active() {
             None => return Ok(CancelOutcome::AlreadyTerminal),
-            Some(a) if a.ending.is_some() => return Ok(CancelOutcome::AlreadyEnding),
+            Some(a) if a.ending().is_some() => return Ok(CancelOutcome::AlreadyEnding),
             Some(_) => {}
         }
         self.begin(now);
@@ -788,7 +788,7 @@ impl Forest {
                     rec.expiry_timer = None;
                     let ttl = rec.ttl_ms;
                     let failing =
-                        matches!(rec.active(), Some(a) if matches!(a.ending, Some(Ending::Failing { .. })));
+                        matches!(rec.active(), Some(a) if matches!(a.ending(), Some(Ending::Failing { .. })));
                     if rec.is_terminal() || failing {
                         continue;
                     }
@@ -889,11 +889,11 @@ impl Forest {
             return false;
         };
         let running = a.handler == HandlerState::Running;
-        if a.ending.is_some() {
+        if a.ending().is_some() {
             return !running;
         }
-        a.ending = Some(ending);
-        a.pause = PauseState::Unpaused;
+        a.set_ending(Some(ending));
+        a.set_pause(PauseState::Unpaused);
         rec.clear_outstanding();
         rec.steers.clear();
         if running {
@@ -913,7 +913,7 @@ impl Forest {
                 return;
             }
             if matches!(
-                (&a.ending, &a.handler),
+                (a.ending(), &a.handler),
                 (_, HandlerState::Running) | (None, HandlerState::Queued)
             ) {
                 return;
@@ -922,19 +922,19 @@ impl Forest {
             let id = rec.id;
             let Some(a) = rec.active_mut() else { return };
             // Moved out, not cloned: a result or a shared reason is not copied.
-            let ending = a.ending.take();
+            let ending = a.take_ending();
             let handler = std::mem::replace(&mut a.handler, HandlerState::Queued);
             let terminal = match (ending, handler) {
                 (Some(Ending::Cancelling { reason }), _) => Terminal::Cancelled { reason },
                 (Some(Ending::Failing { error }), _) => Terminal::Failed { error },
-                (None, HandlerState::Exited(HandlerOutcome::Returned(result))) => {
-                    Terminal::Completed { result }
-                }
-                (None, HandlerState::Exited(HandlerOutcome::Errored(error))) => Terminal::Failed {
-                    error: Arc::new(error),
-                },
-                (None, HandlerState::Exited(HandlerOutcome::Aborted)) => Terminal::Failed {
-                    error: Arc::new(ErrorObject::new(ErrorCode::INTERNAL_ERROR, "handler aborted")),
+                (None, HandlerState::Exited(outcome)) => match *outcome {
+                    HandlerOutcome::Returned(result) => Terminal::Completed { result },
+                    HandlerOutcome::Errored(error) => Terminal::Failed {
+                        error: Arc::new(error),
+                    },
+                    HandlerOutcome::Aborted => Terminal::Failed {
+                        error: Arc::new(ErrorObject::new(ErrorCode::INTERNAL_ERROR, "handler aborted")),
+                    },
                 },
                 (None, HandlerState::Running | HandlerState::Queued) => {
                     unreachable!(
@@ -962,7 +962,7 @@ impl Forest {
             };
             let p = self.rec_mut_at(parent);
             p.live_children -= 1;
-            let parent_ending = p.active().is_some_and(|a| a.ending.is_some());
+            let parent_ending = p.active().is_some_and(|a| a.ending().is_some());
             // A parent whose handler is queued again after a restart is not
             // failed by children that failed only because of the restart.
             let parent_rerun = p.active().is_some_and(|a| a.handler == HandlerState::Queued);

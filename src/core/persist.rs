@@ -379,7 +379,7 @@ impl Forest {
         let rerun = rerun_root
             && rec
                 .active()
-                .is_some_and(|a| a.ending.is_none() && !matches!(a.handler, HandlerState::Exited(_)));
+                .is_some_and(|a| a.ending().is_none() && !matches!(a.handler, HandlerState::Exited(_)));
         let root_slot = self.tasks.slot_of(&root).expect("found above");
         self.begin(now);
         let order = self.live_subtree_post_order(root_slot);
@@ -397,9 +397,9 @@ impl Forest {
                 }
                 let marked = rec.journal().is_some_and(|j| j.spawned.is_some());
                 again[t.index()] = marked
-                    && rec
-                        .active()
-                        .is_some_and(|a| a.ending.is_none() && !matches!(a.handler, HandlerState::Exited(_)));
+                    && rec.active().is_some_and(|a| {
+                        a.ending().is_none() && !matches!(a.handler, HandlerState::Exited(_))
+                    });
             }
             out.rerun = Some(root);
         }
@@ -429,15 +429,19 @@ impl Forest {
             if let Some(a) = rec.active_mut() {
                 a.handler = HandlerState::Queued;
                 a.waits = 0;
-                match &mut a.pause {
+                match a.pause().clone() {
                     PauseState::Pending { via } => {
-                        a.pause = PauseState::Paused {
-                            via: *via,
+                        a.set_pause(PauseState::Paused {
+                            via,
                             prior: crate::model::TaskStatus::Working,
                             reason: None,
-                        };
+                        });
                     }
-                    PauseState::Paused { prior, .. } => *prior = crate::model::TaskStatus::Working,
+                    PauseState::Paused { via, reason, .. } => a.set_pause(PauseState::Paused {
+                        via,
+                        prior: crate::model::TaskStatus::Working,
+                        reason,
+                    }),
                     PauseState::Unpaused => {}
                 }
             }
@@ -453,11 +457,11 @@ impl Forest {
             if matches!(a.handler, HandlerState::Exited(_)) {
                 continue;
             }
-            a.handler = HandlerState::Exited(HandlerOutcome::Aborted);
+            a.handler = HandlerState::Exited(Box::new(HandlerOutcome::Aborted));
             a.waits = 0;
-            a.pause = PauseState::Unpaused;
-            if a.ending.is_none() {
-                a.ending = Some(Ending::Failing { error: error.clone() });
+            a.set_pause(PauseState::Unpaused);
+            if a.ending().is_none() {
+                a.set_ending(Some(Ending::Failing { error: error.clone() }));
             }
             rec.clear_outstanding();
             rec.steers.clear();
@@ -575,7 +579,7 @@ mod tests {
         let r = g.task(root).unwrap();
         assert_eq!(r.status(), TaskStatus::Working);
         assert_eq!(r.active().unwrap().handler, HandlerState::Queued);
-        assert!(r.active().unwrap().ending.is_none());
+        assert!(r.active().unwrap().ending().is_none());
         g.check_invariants().unwrap();
         g.start(t(11), root).unwrap();
         g.finish(t(12), root, HandlerOutcome::Returned(JsonObject::new()))

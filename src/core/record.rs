@@ -38,8 +38,9 @@ pub enum HandlerState {
     Queued,
     /// Started and not yet finished (it may be parked at a safe point or awaiting input).
     Running,
-    /// Finished; the task is completing once its children are terminal.
-    Exited(HandlerOutcome),
+    /// Finished; the task is completing once its children are terminal
+    /// (boxed: an active task's state stays small while its handler runs).
+    Exited(Box<HandlerOutcome>),
 }
 
 /// Pause sub-state of an active task (SEP-2669 and the "pause propagates down" decision).
@@ -94,31 +95,140 @@ pub enum Ending {
 }
 
 /// The state of a task that is not terminal.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+///
+/// 32 bytes, boxed in [`Phase::Active`]: the pause state and a decided
+/// ending, which most tasks never have, are in one more box of their own
+/// (read them with [`Active::pause`] and [`Active::ending`]). A parked task
+/// holds this for as long as it waits.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(from = "ActiveRepr")]
 pub struct Active {
     /// The handler's state.
     pub handler: HandlerState,
-    /// Pause sub-state. (Stored only when paused or pausing.)
-    #[serde(
-        default = "PauseState::unpaused",
-        skip_serializing_if = "PauseState::is_unpaused"
-    )]
-    pub pause: PauseState,
-    /// A decided ending (cancel or failure), if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ending: Option<Ending>,
     /// How many runtime-controlled waits (awaiting a subtask) the running
     /// handler is parked in. While non-zero the handler counts as parked:
     /// a pause takes effect at once.
-    #[serde(default, skip_serializing_if = "is_zero")]
     pub waits: u32,
     /// The handler is not started because `after` dependencies are
     /// pending ([`Forest::await_dependencies`](super::Forest::await_dependencies)).
     /// Kept for the timeline only (it is [`Stage::Dependencies`] there);
     /// not stored.
-    #[serde(skip)]
     pub awaiting_dependencies: bool,
+    /// Pause state and ending, when either is set.
+    rare: Option<Box<ActiveRare>>,
+}
+
+/// What [`Active`] keeps out of line.
+#[derive(Debug, Clone, PartialEq)]
+struct ActiveRare {
+    pause: PauseState,
+    ending: Option<Ending>,
+}
+
+/// The pause state of a task that has none.
+static UNPAUSED: PauseState = PauseState::Unpaused;
+
+impl Active {
+    /// A task whose handler is in `handler`, unpaused and without ending.
+    pub fn new(handler: HandlerState) -> Active {
+        Active {
+            handler,
+            waits: 0,
+            awaiting_dependencies: false,
+            rare: None,
+        }
+    }
+
+    /// Pause sub-state.
+    pub fn pause(&self) -> &PauseState {
+        self.rare.as_ref().map_or(&UNPAUSED, |r| &r.pause)
+    }
+
+    /// A decided ending (cancel or failure), if any.
+    pub fn ending(&self) -> Option<&Ending> {
+        self.rare.as_ref().and_then(|r| r.ending.as_ref())
+    }
+
+    /// Sets the pause sub-state.
+    pub fn set_pause(&mut self, pause: PauseState) {
+        self.set(|r| r.pause = pause);
+    }
+
+    /// Sets (or clears) the decided ending.
+    pub fn set_ending(&mut self, ending: Option<Ending>) {
+        self.set(|r| r.ending = ending);
+    }
+
+    /// Takes the decided ending out.
+    pub fn take_ending(&mut self) -> Option<Ending> {
+        let ending = self.rare.as_mut().and_then(|r| r.ending.take());
+        self.set(|_| {});
+        ending
+    }
+
+    /// Changes the out-of-line part, dropping it when it holds nothing.
+    fn set(&mut self, f: impl FnOnce(&mut ActiveRare)) {
+        let rare = self.rare.get_or_insert_with(|| {
+            Box::new(ActiveRare {
+                pause: PauseState::Unpaused,
+                ending: None,
+            })
+        });
+        f(rare);
+        if rare.pause.is_unpaused() && rare.ending.is_none() {
+            self.rare = None;
+        }
+    }
+}
+
+/// [`Active`] as stored (the same fields as before it kept its rare part
+/// out of line), read.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+struct ActiveRepr {
+    handler: HandlerState,
+    /// Stored only when paused or pausing.
+    #[serde(default = "PauseState::unpaused")]
+    pause: PauseState,
+    #[serde(default)]
+    ending: Option<Ending>,
+    #[serde(default)]
+    waits: u32,
+}
+
+/// [`Active`] as stored, written.
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+struct ActiveRef<'a> {
+    handler: &'a HandlerState,
+    #[serde(skip_serializing_if = "PauseState::is_unpaused")]
+    pause: &'a PauseState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ending: Option<&'a Ending>,
+    #[serde(skip_serializing_if = "is_zero")]
+    waits: u32,
+}
+
+impl From<ActiveRepr> for Active {
+    fn from(r: ActiveRepr) -> Active {
+        let mut a = Active::new(r.handler);
+        a.waits = r.waits;
+        a.set_pause(r.pause);
+        a.set_ending(r.ending);
+        a
+    }
+}
+
+impl Serialize for Active {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ActiveRef {
+            handler: &self.handler,
+            pause: self.pause(),
+            ending: self.ending(),
+            waits: self.waits,
+        }
+        .serialize(s)
+    }
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -443,7 +553,7 @@ impl TaskRecord {
             Phase::Terminal(_) => return Stage::Ended,
             Phase::Active(a) => a,
         };
-        if matches!(a.pause, PauseState::Paused { .. }) {
+        if matches!(a.pause(), PauseState::Paused { .. }) {
             return Stage::Paused;
         }
         if self.has_outstanding_inputs() {
@@ -506,7 +616,7 @@ impl TaskRecord {
     pub fn status(&self) -> TaskStatus {
         match &self.phase {
             Phase::Terminal(t) => t.status(),
-            Phase::Active(a) => match a.pause {
+            Phase::Active(a) => match *a.pause() {
                 PauseState::Paused { .. } => TaskStatus::Paused,
                 _ if self.has_outstanding_inputs() => TaskStatus::InputRequired,
                 _ => TaskStatus::Working,
@@ -525,13 +635,13 @@ impl TaskRecord {
 
     /// `true` when a cancel was accepted or a failure decided.
     pub fn is_winding_down(&self) -> bool {
-        self.active().is_some_and(|a| a.ending.is_some())
+        self.active().is_some_and(|a| a.ending().is_some())
     }
 
     /// `true` when a cancel was accepted and the task is not yet terminal.
     pub fn is_cancel_requested(&self) -> bool {
         self.active()
-            .is_some_and(|a| matches!(a.ending, Some(Ending::Cancelling { .. })))
+            .is_some_and(|a| matches!(a.ending(), Some(Ending::Cancelling { .. })))
     }
 
     /// The status message clients see: the sub-state explains itself
@@ -542,7 +652,7 @@ impl TaskRecord {
             Phase::Terminal(Terminal::Completed { .. }) => self.message.clone(),
             Phase::Terminal(Terminal::Failed { error }) => Some(error.message.clone()),
             Phase::Terminal(Terminal::Cancelled { reason }) => Some(reason.to_string()),
-            Phase::Active(a) => match (&a.ending, &a.pause, &a.handler) {
+            Phase::Active(a) => match (a.ending(), a.pause(), &a.handler) {
                 (Some(Ending::Cancelling { reason }), _, _) => Some(format!("cancelling: {reason}")),
                 (Some(Ending::Failing { error }), _, _) => Some(format!("failing: {}", error.message)),
                 (None, PauseState::Paused { reason: Some(r), .. }, _) => Some(format!("paused: {r}")),
@@ -566,5 +676,44 @@ impl TaskRecord {
                 (None, PauseState::Unpaused, HandlerState::Running) => self.message.clone(),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`Active`] keeps its pause and ending out of line, but is stored as
+    /// before: the fields of the derived format, unset ones left out.
+    #[test]
+    fn an_active_state_is_stored_in_the_same_format() {
+        let via = TaskId::random();
+        let mut a = Active::new(HandlerState::Exited(Box::new(HandlerOutcome::Aborted)));
+        a.waits = 2;
+        a.set_pause(PauseState::Paused {
+            via,
+            prior: TaskStatus::InputRequired,
+            reason: Some("why".into()),
+        });
+        a.set_ending(Some(Ending::Cancelling {
+            reason: "stop".into(),
+        }));
+        let stored = serde_json::json!({
+            "handler": {"exited": "aborted"},
+            "pause": {"paused": {"via": via, "prior": "input_required", "reason": "why"}},
+            "ending": {"cancelling": {"reason": "stop"}},
+            "waits": 2,
+        });
+        assert_eq!(serde_json::to_value(&a).unwrap(), stored);
+        assert_eq!(serde_json::from_value::<Active>(stored).unwrap(), a);
+        // Unset parts are left out, and the out-of-line part goes once unset.
+        a.set_pause(PauseState::Unpaused);
+        assert_eq!(a.take_ending().map(|_| ()), Some(()));
+        assert!(a.rare.is_none());
+        a.waits = 0;
+        a.handler = HandlerState::Running;
+        let bare = serde_json::json!({"handler": "running"});
+        assert_eq!(serde_json::to_value(&a).unwrap(), bare);
+        assert_eq!(serde_json::from_value::<Active>(bare).unwrap(), a);
     }
 }
