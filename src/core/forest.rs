@@ -467,7 +467,7 @@ impl Forest {
             poll_interval_ms,
             message: None,
             fail_fast,
-            steers: VecDeque::new(),
+            steers: Vec::new(),
             inputs: None,
             phase: Phase::Active(Box::new({
                 let mut active = Active::new(HandlerState::Queued);

@@ -98,7 +98,7 @@ impl Forest {
         }
         self.begin(now);
         let rec = self.rec_mut(id);
-        rec.message = message;
+        rec.message = message.map(String::into_boxed_str);
         if let Some(a) = rec.active_mut() {
             a.awaiting_dependencies = true;
         }
@@ -135,7 +135,7 @@ impl Forest {
     ) -> Result<(), TransitionError> {
         self.get_active(id)?;
         self.begin(now);
-        self.rec_mut(id).message = message;
+        self.rec_mut(id).message = message.map(String::into_boxed_str);
         self.end();
         Ok(())
     }
@@ -578,7 +578,7 @@ impl Forest {
             });
         }
         self.begin(now);
-        self.rec_mut_at(slot).steers.push_back(message);
+        self.rec_mut_at(slot).steers.push(message);
         self.emit(Effect::SteerQueued { id, slot });
         self.end();
         Ok(())

@@ -7,8 +7,6 @@
 //! refuses a tree that breaks an invariant rather than repairing it into a
 //! different tree.
 
-use std::collections::VecDeque;
-
 use serde::{Deserialize, Serialize};
 
 use super::config::ForestConfig;
@@ -37,8 +35,8 @@ struct StateRef<'a> {
     message: Option<&'a str>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     fail_fast: bool,
-    #[serde(skip_serializing_if = "VecDeque::is_empty")]
-    steers: &'a VecDeque<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    steers: &'a Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     inputs: Option<&'a InputBook>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -65,7 +63,7 @@ struct StateOwned {
     #[serde(default)]
     fail_fast: bool,
     #[serde(default)]
-    steers: VecDeque<String>,
+    steers: Vec<String>,
     #[serde(default)]
     inputs: Option<InputBook>,
     #[serde(default)]
@@ -132,7 +130,7 @@ pub fn decode_state(
         last_updated_at: Timestamp::from_millis(s.last_updated_at.unwrap_or(s.created_at)),
         ttl_ms: s.ttl_ms,
         poll_interval_ms: s.poll_interval_ms,
-        message: s.message,
+        message: s.message.map(String::into_boxed_str),
         fail_fast: s.fail_fast,
         steers: s.steers,
         inputs: match (s.inputs, s.journal) {
@@ -409,9 +407,9 @@ impl Forest {
             }
             let rec = self.rec_mut_at(t);
             rec.message = Some(if t == root_slot {
-                "the server restarted: the handler runs again".to_owned()
+                "the server restarted: the handler runs again".into()
             } else {
-                "the server restarted: waiting for its parent's handler to spawn it again".to_owned()
+                "the server restarted: waiting for its parent's handler to spawn it again".into()
             });
             if t != root_slot {
                 rec.journal_mut().awaiting = true;

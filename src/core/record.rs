@@ -5,7 +5,7 @@
 //! [`Phase::Terminal`] (its outcome). The wire status is derived from that,
 //! never stored twice.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -355,9 +355,9 @@ pub struct TaskRecord {
     pub(crate) last_updated_at: Timestamp,
     pub(crate) ttl_ms: Option<u64>,
     pub(crate) poll_interval_ms: Option<u64>,
-    pub(crate) message: Option<String>,
+    pub(crate) message: Option<Box<str>>,
     pub(crate) fail_fast: bool,
-    pub(crate) steers: VecDeque<String>,
+    pub(crate) steers: Vec<String>,
     /// Allocated on the first input request.
     pub(crate) inputs: Option<Box<InputBook>>,
     pub(crate) phase: Phase,
@@ -493,7 +493,7 @@ impl TaskRecord {
     }
 
     /// Steer messages queued and not yet delivered, oldest first.
-    pub fn queued_steers(&self) -> &VecDeque<String> {
+    pub fn queued_steers(&self) -> &[String] {
         &self.steers
     }
 
@@ -649,7 +649,7 @@ impl TaskRecord {
     /// handler's own message.
     pub fn status_message(&self) -> Option<String> {
         match &self.phase {
-            Phase::Terminal(Terminal::Completed { .. }) => self.message.clone(),
+            Phase::Terminal(Terminal::Completed { .. }) => self.message.as_deref().map(str::to_owned),
             Phase::Terminal(Terminal::Failed { error }) => Some(error.message.clone()),
             Phase::Terminal(Terminal::Cancelled { reason }) => Some(reason.to_string()),
             Phase::Active(a) => match (a.ending(), a.pause(), &a.handler) {
@@ -670,10 +670,13 @@ impl TaskRecord {
                 )),
                 (None, PauseState::Unpaused, HandlerState::Queued) => Some(
                     self.message
-                        .clone()
-                        .unwrap_or_else(|| "queued: waiting to start".to_owned()),
+                        .as_deref()
+                        .unwrap_or("queued: waiting to start")
+                        .to_owned(),
                 ),
-                (None, PauseState::Unpaused, HandlerState::Running) => self.message.clone(),
+                (None, PauseState::Unpaused, HandlerState::Running) => {
+                    self.message.as_deref().map(str::to_owned)
+                }
             },
         }
     }
