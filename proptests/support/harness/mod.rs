@@ -173,7 +173,7 @@ impl Harness {
                 Some(CoreTask {
                     aware,
                     base,
-                    steers: rec.queued_steers().iter().cloned().collect(),
+                    steers: rec.queued_steers().to_vec(),
                     outstanding: rec.inputs().outstanding().to_requests(),
                 })
             })
