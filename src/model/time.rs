@@ -22,46 +22,32 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// assert_eq!(t.to_string(), "2025-11-25T10:30:00Z");
 /// assert_eq!(Timestamp::from_millis(t.as_millis() + 5).to_string(), "2025-11-25T10:30:00.005Z");
 /// ```
-///
-/// Held as the milliseconds plus one, never zero: an `Option<Timestamp>`
-/// (a task's armed timers, among others) is 8 bytes, not 16. The largest
-/// timestamp is `u64::MAX - 1` ms (later ones saturate there).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Timestamp(std::num::NonZeroU64);
-
-impl Default for Timestamp {
-    fn default() -> Self {
-        Timestamp::EPOCH
-    }
-}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Timestamp(u64);
 
 impl Timestamp {
     /// The Unix epoch.
-    pub const EPOCH: Timestamp = Timestamp::from_millis(0);
+    pub const EPOCH: Timestamp = Timestamp(0);
 
-    /// A timestamp `ms` milliseconds after the epoch (at most `u64::MAX - 1`).
+    /// A timestamp `ms` milliseconds after the epoch.
     pub const fn from_millis(ms: u64) -> Self {
-        let held = if ms == u64::MAX { u64::MAX } else { ms + 1 };
-        match std::num::NonZeroU64::new(held) {
-            Some(held) => Timestamp(held),
-            None => unreachable!(),
-        }
+        Timestamp(ms)
     }
 
     /// Milliseconds since the epoch.
     pub const fn as_millis(self) -> u64 {
-        self.0.get() - 1
+        self.0
     }
 
     /// This timestamp plus `ms` milliseconds, saturating.
     #[must_use]
     pub const fn saturating_add(self, ms: u64) -> Self {
-        Timestamp::from_millis(self.as_millis().saturating_add(ms))
+        Timestamp(self.0.saturating_add(ms))
     }
 
     /// Milliseconds from `earlier` to `self`, zero if `earlier` is later.
     pub const fn millis_since(self, earlier: Timestamp) -> u64 {
-        self.as_millis().saturating_sub(earlier.as_millis())
+        self.0.saturating_sub(earlier.0)
     }
 
     /// The current wall-clock time. Only shells call this; the core is given time.
@@ -69,7 +55,7 @@ impl Timestamp {
         let d = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        Timestamp::from_millis(d.as_millis() as u64)
+        Timestamp(d.as_millis() as u64)
     }
 }
 
@@ -115,8 +101,8 @@ impl Timestamp {
     /// (every answer carries two timestamps); `None` for years past 9999,
     /// which `Display` writes.
     fn write_short(self, buf: &mut [u8; 24]) -> Option<&str> {
-        let ms = (self.as_millis() % 1000) as u32;
-        let secs = (self.as_millis() / 1000) as i64;
+        let ms = (self.0 % 1000) as u32;
+        let secs = (self.0 / 1000) as i64;
         let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
         if !(0..=9999).contains(&y) {
             return None;
@@ -157,8 +143,8 @@ impl fmt::Display for Timestamp {
         if let Some(s) = self.write_short(&mut [0; 24]) {
             return f.write_str(s);
         }
-        let ms = self.as_millis() % 1000;
-        let secs = (self.as_millis() / 1000) as i64;
+        let ms = self.0 % 1000;
+        let secs = (self.0 / 1000) as i64;
         let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
         let sod = secs.rem_euclid(86_400);
         let (h, mi, s) = (sod / 3600, (sod % 3600) / 60, sod % 60);
@@ -267,7 +253,7 @@ impl FromStr for Timestamp {
         if secs < 0 {
             return Err(ParseTimestampError("before 1970"));
         }
-        Ok(Timestamp::from_millis(secs as u64 * 1000 + millis))
+        Ok(Timestamp(secs as u64 * 1000 + millis))
     }
 }
 
@@ -301,20 +287,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn held_as_millis_plus_one_with_a_niche() {
-        assert_eq!(std::mem::size_of::<Option<Timestamp>>(), 8);
-        assert_eq!(Timestamp::EPOCH.as_millis(), 0);
-        assert_eq!(Timestamp::default(), Timestamp::EPOCH);
-        assert_eq!(Timestamp::from_millis(5).as_millis(), 5);
-        assert!(Timestamp::from_millis(4) < Timestamp::from_millis(5));
-        // The largest timestamp: later ones saturate there.
-        let max = Timestamp::from_millis(u64::MAX);
-        assert_eq!(max.as_millis(), u64::MAX - 1);
-        assert_eq!(max.saturating_add(1), max);
-        assert_eq!(Timestamp::from_millis(u64::MAX - 1), max);
-    }
-
-    #[test]
     fn spec_example_round_trips() {
         let t: Timestamp = "2025-11-25T10:30:00Z".parse().unwrap();
         assert_eq!(t.as_millis(), 1_764_066_600_000);
@@ -342,8 +314,8 @@ mod tests {
     #[test]
     fn the_short_form_is_the_formatted_form() {
         let long = |t: Timestamp| {
-            let ms = t.as_millis() % 1000;
-            let secs = (t.as_millis() / 1000) as i64;
+            let ms = t.0 % 1000;
+            let secs = (t.0 / 1000) as i64;
             let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
             let sod = secs.rem_euclid(86_400);
             let (h, mi, s) = (sod / 3600, (sod % 3600) / 60, sod % 60);
