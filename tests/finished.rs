@@ -259,3 +259,189 @@ fn the_store_deletes_a_let_go_tree_once_its_deletion_time_passes() {
     );
     assert!(store.load().unwrap().is_empty(), "a released tree was loaded");
 }
+
+/// A principal's trees and a task's children are found through the
+/// writer's maps, not an index on the file: `list_roots` pages a
+/// principal's trees newest first down to the oldest, `list_tasks` every
+/// task of them in creation order with its children, each principal only
+/// its own; a deleted tree, one past its deletion time and one whose owner
+/// changed leave the list; and the same is read after a restart, the maps
+/// rebuilt from the file.
+#[test]
+fn a_principals_trees_and_their_children_page_from_the_file_and_after_a_restart() {
+    const TREES: u128 = 30;
+    let dir = TempDir::new("finished-lists");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let owner_of = |i: u128| match i % 3 {
+        0 => Some("alice"),
+        1 => Some("bob"),
+        _ => None,
+    };
+    // Tree `i`: root `1000 i`, children `+1` and `+2`, and `+3` under `+1`.
+    let id = |i: u128, k: u128| TaskId::from_u128(1000 * (i + 1) + k);
+    let task = |i: u128, k: u128, parent: Option<u128>, position: u32| StoredTask {
+        id: id(i, k),
+        root: id(i, 0),
+        parent: parent.map(|p| id(i, p)),
+        position,
+        version: 0,
+        state: format!("{{\"tree\":{i},\"task\":{k}}}"),
+    };
+    let batch = |i: u128, ops: Vec<WriteOp>| WriteBatch {
+        root: id(i, 0),
+        version: 1,
+        ops,
+    };
+    let alice: Vec<u128> = (0..TREES)
+        .filter(|i| owner_of(*i) == Some("alice") && ![3, 9, 12].contains(i))
+        .collect();
+    let bob: Vec<u128> = (0..TREES)
+        .filter(|i| owner_of(*i) == Some("bob") || *i == 12)
+        .collect();
+    let check = |store: &SqliteStore, when: &str| {
+        let reads = store.finished().unwrap();
+        for (who, trees) in [("alice", &alice), ("bob", &bob)] {
+            // Newest first, three at a time, down to the oldest.
+            let mut listed = Vec::new();
+            let mut before = i64::MAX;
+            loop {
+                let page = reads.list_roots(who, before, 3).unwrap();
+                for r in &page {
+                    assert_eq!(r.task.owner.as_deref(), Some(who), "{when}");
+                    assert!(r.task.parent.is_none(), "{when}");
+                    listed.push(r.task.id);
+                }
+                match page.last() {
+                    Some(last) if page.len() == 3 => before = last.seq,
+                    _ => break,
+                }
+            }
+            let newest_first: Vec<TaskId> = trees.iter().rev().map(|i| id(*i, 0)).collect();
+            assert_eq!(listed, newest_first, "{when}: {who}'s trees");
+            // Every task of them, five at a time, with its children.
+            let mut tasks = Vec::new();
+            let mut after = (0, 0);
+            loop {
+                let page = reads.list_tasks(who, after, 5).unwrap();
+                for (at, t) in &page {
+                    assert!(*at > after, "{when}: the list goes forward");
+                    tasks.push((t.id, t.children.clone()));
+                }
+                match page.last() {
+                    Some((at, _)) if page.len() == 5 => after = *at,
+                    _ => break,
+                }
+            }
+            let expected: Vec<(TaskId, Vec<TaskId>)> = trees
+                .iter()
+                .flat_map(|i| {
+                    [
+                        (id(*i, 0), vec![id(*i, 1), id(*i, 2)]),
+                        (id(*i, 1), vec![id(*i, 3)]),
+                        (id(*i, 2), vec![]),
+                        (id(*i, 3), vec![]),
+                    ]
+                })
+                .collect();
+            assert_eq!(tasks, expected, "{when}: {who}'s tasks");
+        }
+        assert!(reads.list_roots("carol", i64::MAX, 10).unwrap().is_empty());
+        assert!(reads.list_tasks("carol", (0, 0), 10).unwrap().is_empty());
+        // A point read names the children too, released or not, owned or not.
+        for i in [1, 2, 4, 5] {
+            let root = reads.read_task(id(i, 0)).unwrap().expect("stored");
+            assert_eq!(root.children, vec![id(i, 1), id(i, 2)], "{when}: tree {i}");
+            assert_eq!(root.owner.as_deref(), owner_of(i), "{when}: tree {i}");
+            let child = reads.read_task(id(i, 1)).unwrap().expect("stored");
+            assert_eq!(child.children, vec![id(i, 3)], "{when}: tree {i}");
+            assert_eq!(child.state, format!("{{\"tree\":{i},\"task\":1}}"));
+        }
+        assert!(
+            reads.read_task(id(3, 1)).unwrap().is_none(),
+            "{when}: a deleted tree"
+        );
+        assert!(
+            reads.read_task(id(9, 1)).unwrap().is_none(),
+            "{when}: a tree past its deletion time"
+        );
+    };
+    {
+        let store = open(&dir);
+        // The trees' rows interleave: every root, then every first
+        // generation, then the grandchildren.
+        for i in 0..TREES {
+            store.submit(batch(
+                i,
+                vec![
+                    WriteOp::PutTree(TreeMeta {
+                        root: id(i, 0),
+                        owner: owner_of(i).map(str::to_owned),
+                        resumable: false,
+                        launch: Some(json!({"name": format!("tree {i}")})),
+                    }),
+                    WriteOp::PutTask(task(i, 0, None, 0)),
+                ],
+            ));
+        }
+        for i in 0..TREES {
+            store.submit(batch(
+                i,
+                vec![
+                    WriteOp::PutTask(task(i, 1, Some(0), 0)),
+                    WriteOp::PutTask(task(i, 2, Some(0), 1)),
+                ],
+            ));
+        }
+        for i in 0..TREES {
+            store.submit(batch(i, vec![WriteOp::PutTask(task(i, 3, Some(1), 0))]));
+        }
+        // Half the trees let go of; alice's tree 9 past its deletion time;
+        // her tree 3 deleted, her tree 12 given to bob.
+        for i in (0..TREES).filter(|i| i % 2 == 0 || *i == 9) {
+            let delete_at = if i == 9 { now - 1 } else { now + 3_600_000 };
+            store.submit(batch(
+                i,
+                vec![WriteOp::Release {
+                    root: id(i, 0),
+                    delete_at: Some(delete_at),
+                }],
+            ));
+        }
+        store.submit(batch(3, vec![WriteOp::DeleteTree(id(3, 0))]));
+        store.submit(batch(
+            12,
+            vec![WriteOp::PutTree(TreeMeta {
+                root: id(12, 0),
+                owner: Some("bob".into()),
+                resumable: false,
+                launch: None,
+            })],
+        ));
+        store.flush().unwrap();
+        check(&store, "as written");
+    }
+    // Started again on the file, after the sweep deleted tree 9, and again.
+    let count = || {
+        rusqlite::Connection::open(dir.db())
+            .unwrap()
+            .query_row("SELECT count(*) FROM tasks", [], |r| r.get::<_, i64>(0))
+            .unwrap()
+    };
+    {
+        let store = open(&dir);
+        let t0 = std::time::Instant::now();
+        while count() != 4 * (TREES as i64 - 2) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "the sweep did not delete tree 9"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        check(&store, "after the sweep");
+    }
+    let store = open(&dir);
+    check(&store, "after a restart");
+}

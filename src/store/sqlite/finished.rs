@@ -6,11 +6,12 @@
 //! Reads run on the caller's (blocking) thread, on read-only connections
 //! of their own: WAL mode lets them read beside the writer, so a slow
 //! commit or a full disk (the writer retrying) does not hold them. They
-//! find rows through the writer's maps of ids and trees (read under their
-//! lock, briefly, never across a query), so no index on the random task
-//! ids is needed: a task is one rowid lookup, its tree's root another, its
-//! children one range of the `tasks_children` index; a principal's trees
-//! are a range of the `tasks_roots` index. They see committed rows: the
+//! find rows through the writer's maps (read under their lock, briefly,
+//! never across a query), so the file needs no index that a create would
+//! write to: a task is one rowid lookup, its tree's root another; its
+//! children are found in its tree's map (each row's parent) and their ids
+//! read by rowid; a principal's trees are its list of roots' rowids in the
+//! maps, paged, each root read by rowid. They see committed rows: the
 //! server waits for durability before it shows a live tree's rows.
 
 use std::path::Path;
@@ -20,11 +21,14 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
-use super::writer::Maps;
-use super::{Shared, SqliteStore, blob_id, id_blob, sql};
+use super::writer::{Children, Maps};
+use super::{Shared, SqliteStore, blob_id, sql};
 use crate::model::TaskId;
 use crate::store::seal::{Column, Keyring, Place, open_owned};
 use crate::store::{FinishedTrees, ListPosition, ListedRoot, ReadTask, StoreError};
+
+/// Roots taken from a principal's list at a time (under the maps' lock).
+const ROOTS_PAGE: usize = 64;
 
 /// How often the sweeper looks for released trees past their deletion time.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -145,18 +149,57 @@ impl Reader<'_> {
             .filter(|r| r.released.is_none_or(|at| at > now)))
     }
 
-    /// The ids of `id`'s children in position order.
-    fn children(&self, id: TaskId) -> Result<Vec<TaskId>, StoreError> {
+    /// The ids of the children of the task at `task` (its row) in
+    /// position order: found in the tree's map, their ids read from their
+    /// rows when the tree is released (its map keeps rowids only).
+    fn children(&self, task: &Row) -> Result<Vec<TaskId>, StoreError> {
+        let found = match self.maps.read().trees.get(&task.root) {
+            Some(rows) => rows.children(task.seq),
+            None => return Ok(Vec::new()),
+        };
+        let rowids = match found {
+            Children::Ids(ids) => return Ok(ids),
+            Children::Rowids(r) if r.is_empty() => return Ok(Vec::new()),
+            Children::Rowids(r) => r,
+        };
+        // One statement for them all: each a rowid lookup.
+        let list = rowids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
         let mut st = self
             .conn
-            .prepare_cached("SELECT id FROM tasks WHERE parent = ?1 ORDER BY position")
+            .prepare_cached(
+                "SELECT id FROM tasks WHERE seq IN (SELECT value FROM json_each(?1)) ORDER BY position",
+            )
             .map_err(read_err)?;
         let ids = st
-            .query_map(params![&id_blob(id)[..]], |r| r.get::<_, Vec<u8>>(0))
+            .query_map(params![format!("[{list}]")], |r| r.get::<_, Vec<u8>>(0))
             .map_err(read_err)?
             .collect::<Result<Vec<_>, _>>()
             .map_err(read_err)?;
         ids.iter().map(|b| blob_id(b)).collect()
+    }
+
+    /// Up to [`ROOTS_PAGE`] of `owner`'s roots' rowids in `range`, newest
+    /// first when `newest`, read under the maps' lock.
+    fn roots_page(&self, owner: &str, range: impl std::ops::RangeBounds<i64>, newest: bool) -> Vec<i64> {
+        let maps = self.maps.read();
+        let Some(roots) = maps.owned.get(owner) else {
+            return Vec::new();
+        };
+        let range = roots.range(range).copied();
+        if newest {
+            range.rev().take(ROOTS_PAGE).collect()
+        } else {
+            range.take(ROOTS_PAGE).collect()
+        }
+    }
+
+    /// The root row at `rowid` when it is still `owner`'s tree's, stored
+    /// and not past its deletion time (the list is read apart from the
+    /// rows: one may have gone since).
+    fn owned_root(&self, rowid: i64, owner: &str, now: i64) -> Result<Option<Row>, StoreError> {
+        Ok(self.row_at(rowid)?.filter(|r| {
+            r.parent.is_none() && r.owner.as_deref() == Some(owner) && r.released.is_none_or(|at| at > now)
+        }))
     }
 
     /// The rowids of `root`'s tree in creation order.
@@ -226,7 +269,7 @@ impl FinishedTrees for SqliteStore {
                     None => return Ok(None),
                 }
             };
-            let children = r.children(id)?;
+            let children = r.children(&task)?;
             Ok(Some(read_task(task, owner, children)))
         })
     }
@@ -243,34 +286,31 @@ impl FinishedTrees for SqliteStore {
             let mut from = after.0;
             'trees: while out.len() < limit {
                 // A page of roots at a time: a long list is not read whole.
-                let roots: Vec<(i64, Vec<u8>)> = {
-                    let mut st = r
-                        .conn
-                        .prepare_cached(
-                            "SELECT seq, id FROM tasks
-                             WHERE parent IS NULL AND owner = ?1 AND seq >= ?2
-                               AND (released IS NULL OR released > ?3)
-                             ORDER BY seq LIMIT 64",
-                        )
-                        .map_err(read_err)?;
-                    st.query_map(params![owner, from, now], |x| Ok((x.get(0)?, x.get(1)?)))
-                        .map_err(read_err)?
-                        .collect::<Result<_, _>>()
-                        .map_err(read_err)?
-                };
-                let Some(last) = roots.last() else { break };
-                from = last.0 + 1;
-                for (tree_seq, root) in roots {
-                    let root = blob_id(&root)?;
-                    for rowid in r.tree_rowids(root) {
+                let roots = r.roots_page(owner, from.., false);
+                let Some(&last) = roots.last() else { break };
+                from = last + 1;
+                for tree_seq in roots {
+                    let Some(root) = r.owned_root(tree_seq, owner, now)? else {
+                        continue;
+                    };
+                    let rowids = r.tree_rowids(root.id);
+                    // The root's row, read already: its tree's first.
+                    let mut root = Some(root);
+                    for rowid in rowids {
                         if (tree_seq, rowid) <= after {
                             continue;
                         }
                         if out.len() == limit {
                             break 'trees;
                         }
-                        let Some(task) = r.row_at(rowid)? else { continue };
-                        let children = r.children(task.id)?;
+                        let task = match root.take_if(|t| t.seq == rowid) {
+                            Some(t) => t,
+                            None => match r.row_at(rowid)? {
+                                Some(t) => t,
+                                None => continue,
+                            },
+                        };
+                        let children = r.children(&task)?;
                         out.push((
                             (tree_seq, rowid),
                             read_task(task, Some(owner.to_owned()), children),
@@ -284,33 +324,30 @@ impl FinishedTrees for SqliteStore {
 
     fn list_roots(&self, owner: &str, before: i64, limit: usize) -> Result<Vec<ListedRoot>, StoreError> {
         self.with_reader(|r| {
-            let rows = {
-                let mut st = r
-                    .conn
-                    .prepare_cached(&format!(
-                        "SELECT {COLUMNS} FROM tasks
-                         WHERE parent IS NULL AND owner = ?1 AND seq < ?2
-                           AND (released IS NULL OR released > ?3)
-                         ORDER BY seq DESC LIMIT ?4"
-                    ))
-                    .map_err(read_err)?;
-                st.query_map(params![owner, before, now_ms(), limit as i64], raw_row)
-                    .map_err(read_err)?
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(read_err)?
-            };
-            rows.into_iter()
-                .map(|x| {
-                    let mut row = r.decode(x)?;
+            let now = now_ms();
+            let mut out = Vec::new();
+            let mut before = before;
+            'roots: while out.len() < limit {
+                let roots = r.roots_page(owner, ..before, true);
+                let Some(&last) = roots.last() else { break };
+                before = last;
+                for rowid in roots {
+                    let Some(mut row) = r.owned_root(rowid, owner, now)? else {
+                        continue;
+                    };
                     let launch = row.launch.take();
                     let owner = row.owner.clone();
-                    Ok(ListedRoot {
+                    out.push(ListedRoot {
                         seq: row.seq,
                         task: read_task(row, owner, Vec::new()),
                         launch,
-                    })
-                })
-                .collect()
+                    });
+                    if out.len() == limit {
+                        break 'roots;
+                    }
+                }
+            }
+            Ok(out)
         })
     }
 

@@ -48,16 +48,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
     -- root's row: when the tree is deleted, in ms since the Unix epoch
     -- (9223372036854775807: never); NULL while the runtime holds it.
     ALTER TABLE tasks ADD COLUMN released INTEGER;
-    -- The sweep of released trees past their deletion time.
+    -- The sweep of released trees past their deletion time (a create
+    -- leaves it untouched: `released` is NULL until the tree is let go).
+    -- A principal's trees and a task's children have no index: a create
+    -- would write to one (docs/durability.md, Finished trees); the
+    -- writer's maps find them.
     CREATE INDEX tasks_released ON tasks(released) WHERE released IS NOT NULL;
-    -- A principal's trees in creation order (tasks/list, the web view).
-    -- Roots only, and one principal's roots in increasing seq: an insert
-    -- lands on the last page of its principal's range.
-    CREATE INDEX tasks_roots ON tasks(owner, seq) WHERE parent IS NULL;
-    -- A task's children in position order (childTaskIds of a task read
-    -- from the file). Subtasks only: a lone root adds nothing to it, and
-    -- the children of one parent, created together, share its pages.
-    CREATE INDEX tasks_children ON tasks(parent, position) WHERE parent IS NOT NULL;
 ",
 ];
 

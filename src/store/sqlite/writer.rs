@@ -1,10 +1,12 @@
 //! The writer thread: commits groups of batches, and rides out a full disk.
 
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-
 use std::sync::Arc;
 
 use parking_lot::RwLock;
+use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::finished::SWEEP_BATCH;
@@ -25,44 +27,126 @@ pub(super) struct Maps {
     /// The trees the runtime let go of ([`WriteOp::Release`]), with when
     /// each is deleted (ms since the Unix epoch; `i64::MAX`: never).
     pub(super) released: IdMap<i64>,
+    /// Each principal's trees, live or released: their roots' rowids, in
+    /// creation order (a tree without an owner is in none). What
+    /// `list_roots` and `list_tasks` page through, in place of an index
+    /// on the file that every create would write to
+    /// (`docs/durability.md`, "Finished trees").
+    pub(super) owned: HashMap<Box<str>, BTreeSet<i64>>,
 }
 
-/// The rows of one tree, in rowid order.
+/// The parent of a row whose parent is not in its tree (the root's).
+const NO_PARENT: u32 = u32::MAX;
+
+/// The rows of one tree, in rowid order (the order they were created in,
+/// the root first), and each row's parent: its index in that order, for
+/// every row after the first ([`NO_PARENT`] when unknown: a damaged
+/// file). Children follow their parent, siblings in position order, so a
+/// task's children are the later rows naming it, in that order.
 pub(super) enum TreeRows {
     /// A tree the runtime holds: each task's rowid and id.
-    Live(Vec<(i64, TaskId)>),
+    Live {
+        rows: Vec<(i64, TaskId)>,
+        parents: Vec<u32>,
+    },
     /// A released tree: its rowids only, in the least memory (its ids are
     /// read back as its rows are deleted). Its rows never change.
-    Released(Box<[i64]>),
+    Released { rowids: Box<[i64]>, parents: Box<[u32]> },
 }
 
 impl Default for TreeRows {
     fn default() -> Self {
-        TreeRows::Live(Vec::new())
+        TreeRows::Live {
+            rows: Vec::new(),
+            parents: Vec::new(),
+        }
     }
+}
+
+/// The children of a task, as [`TreeRows::children`] finds them.
+pub(super) enum Children {
+    /// Their ids (a live tree's).
+    Ids(Vec<TaskId>),
+    /// Their rowids (a released tree's: the ids are in the rows).
+    Rowids(Vec<i64>),
 }
 
 impl TreeRows {
     /// The rowids, in order.
     pub(super) fn rowids(&self) -> Vec<i64> {
         match self {
-            TreeRows::Live(rows) => rows.iter().map(|r| r.0).collect(),
-            TreeRows::Released(rowids) => rowids.to_vec(),
+            TreeRows::Live { rows, .. } => rows.iter().map(|r| r.0).collect(),
+            TreeRows::Released { rowids, .. } => rowids.to_vec(),
         }
     }
 
-    /// A new row (of a live tree; a released tree gets none).
-    fn push(&mut self, rowid: i64, id: TaskId) {
+    fn rowid_at(&self, i: usize) -> i64 {
         match self {
-            TreeRows::Live(rows) => rows.push((rowid, id)),
-            TreeRows::Released(_) => debug_assert!(false, "a row added to a released tree"),
+            TreeRows::Live { rows, .. } => rows[i].0,
+            TreeRows::Released { rowids, .. } => rowids[i],
         }
     }
 
-    /// Keeps only the rowids: the tree was released.
+    /// The index of the row at `rowid`, if it is one of this tree's.
+    fn index_of(&self, rowid: i64) -> Option<usize> {
+        match self {
+            TreeRows::Live { rows, .. } => rows.binary_search_by_key(&rowid, |r| r.0).ok(),
+            TreeRows::Released { rowids, .. } => rowids.binary_search(&rowid).ok(),
+        }
+    }
+
+    /// A new row (of a live tree; a released tree gets none), `parent` the
+    /// rowid of its parent's row.
+    fn push(&mut self, rowid: i64, id: TaskId, parent: Option<i64>) {
+        let parent = parent
+            .and_then(|p| self.index_of(p))
+            .and_then(|i| u32::try_from(i).ok())
+            .unwrap_or(NO_PARENT);
+        match self {
+            TreeRows::Live { rows, parents } => {
+                if !rows.is_empty() {
+                    parents.push(parent);
+                }
+                rows.push((rowid, id));
+            }
+            TreeRows::Released { .. } => debug_assert!(false, "a row added to a released tree"),
+        }
+    }
+
+    /// Keeps only the rowids and parents: the tree was released.
     fn release(&mut self) {
-        if let TreeRows::Live(rows) = self {
-            *self = TreeRows::Released(rows.iter().map(|r| r.0).collect());
+        if let TreeRows::Live { rows, parents } = self {
+            *self = TreeRows::Released {
+                rowids: rows.iter().map(|r| r.0).collect(),
+                parents: std::mem::take(parents).into_boxed_slice(),
+            };
+        }
+    }
+
+    /// The children of the task at `rowid`, in position order (empty when
+    /// it is not one of this tree's rows). A scan of the rows after it:
+    /// about a nanosecond per row.
+    pub(super) fn children(&self, rowid: i64) -> Children {
+        let parents: &[u32] = match self {
+            TreeRows::Live { parents, .. } => parents,
+            TreeRows::Released { parents, .. } => parents,
+        };
+        let found: Vec<usize> = match self.index_of(rowid).and_then(|i| u32::try_from(i).ok()) {
+            // `parents[j]` is row `j + 1`'s.
+            Some(at) => parents
+                .iter()
+                .enumerate()
+                .skip(at as usize)
+                .filter(|(_, p)| **p == at)
+                .map(|(j, _)| j + 1)
+                .collect(),
+            None => Vec::new(),
+        };
+        match self {
+            TreeRows::Live { rows, .. } => Children::Ids(found.into_iter().map(|j| rows[j].1).collect()),
+            TreeRows::Released { .. } => {
+                Children::Rowids(found.into_iter().map(|j| self.rowid_at(j)).collect())
+            }
         }
     }
 }
@@ -100,24 +184,38 @@ impl Writer {
         };
         {
             let mut maps = w.maps.write();
+            let maps = &mut *maps;
+            // In rowid order: a tree's rows in the order they were created,
+            // each parent before its children. The parent and the owner
+            // only place a row (a damaged one is found when it is read).
             let mut stmt = w
                 .conn
-                .prepare("SELECT seq, id, root, released FROM tasks")
+                .prepare(
+                    "SELECT seq, id, root, parent, released, CASE WHEN parent IS NULL THEN owner END
+                     FROM tasks ORDER BY seq",
+                )
                 .map_err(&e)?;
             let mut rows = stmt.query([]).map_err(&e)?;
             while let Some(r) = rows.next().map_err(&e)? {
                 let rowid: i64 = r.get(0).map_err(value)?;
                 let id = blob_id(&r.get::<_, Vec<u8>>(1).map_err(value)?)?;
                 let root = blob_id(&r.get::<_, Vec<u8>>(2).map_err(value)?)?;
+                let parent = match r.get_ref(3) {
+                    Ok(ValueRef::Blob(b)) => blob_id(b).ok().and_then(|p| maps.rows.get(&p).copied()),
+                    _ => None,
+                };
                 if maps.rows.insert(id, rowid).is_some() {
                     return Err(StoreError::Corrupt(format!(
                         "{}: task {id} is stored twice",
                         path.display()
                     )));
                 }
-                maps.trees.entry(root).or_default().push(rowid, id);
-                if let Some(at) = r.get::<_, Option<i64>>(3).map_err(value)? {
+                maps.trees.entry(root).or_default().push(rowid, id, parent);
+                if let Some(at) = r.get::<_, Option<i64>>(4).map_err(value)? {
                     maps.released.insert(root, at);
+                }
+                if let Some(owner) = text(r, 5) {
+                    own(&mut maps.owned, Cow::Borrowed(owner), rowid);
                 }
             }
             let released: Vec<TaskId> = maps.released.keys().copied().collect();
@@ -133,10 +231,11 @@ impl Writer {
     /// One transaction for the whole group (a task written by several
     /// batches is inserted once, then updated). Returns what the writer's
     /// maps must learn once the transaction is durable ([`Writer::fold`]).
-    fn commit(&mut self, group: &[(u64, WriteBatch)], path: &Path) -> Result<Folded, StoreError> {
+    fn commit<'g>(&mut self, group: &'g [(u64, WriteBatch)], path: &Path) -> Result<Folded<'g>, StoreError> {
         let e = sql(path);
         // The maps change only once the transaction commits.
-        let mut new_rows: Vec<(TaskId, TaskId, i64)> = Vec::new();
+        let mut new_rows: Vec<NewRow> = Vec::new();
+        let mut owned: Vec<OwnedChange<'g>> = Vec::new();
         let mut fresh: IdMap<i64> = IdMap::default();
         let mut deleted: Vec<TaskId> = Vec::new();
         let mut released: Vec<(TaskId, i64)> = Vec::new();
@@ -172,8 +271,14 @@ impl Writer {
             let mut update_meta = tx
                 .prepare_cached("UPDATE tasks SET owner = ?2, resumable = ?3, launch = ?4 WHERE seq = ?1")
                 .map_err(&e)?;
+            let mut owner_of = tx
+                .prepare_cached("SELECT owner FROM tasks WHERE seq = ?1")
+                .map_err(&e)?;
             let mut delete = tx
                 .prepare_cached("DELETE FROM tasks WHERE seq = ?1")
+                .map_err(&e)?;
+            let mut delete_root = tx
+                .prepare_cached("DELETE FROM tasks WHERE seq = ?1 RETURNING owner")
                 .map_err(&e)?;
             let mut append = tx
                 .prepare_cached("INSERT INTO journal(root, task, n, entry) VALUES (?1, ?2, ?3, ?4)")
@@ -191,6 +296,19 @@ impl Writer {
                             let row = fresh.get(&meta.root).or_else(|| maps.rows.get(&meta.root));
                             match row {
                                 Some(&rowid) => {
+                                    // A tree's owner is written with its root;
+                                    // should it change, its list follows.
+                                    let old = owner_of
+                                        .query_row(params![rowid], |r| Ok(text(r, 0).map(str::to_owned)))
+                                        .optional()
+                                        .map_err(&e)?
+                                        .flatten();
+                                    if let Some(old) = old {
+                                        owned.push((Cow::Owned(old), rowid, false));
+                                    }
+                                    if let Some(owner) = meta.owner.as_deref() {
+                                        owned.push((Cow::Borrowed(owner), rowid, true));
+                                    }
                                     let launch = launch_text(meta);
                                     update_meta
                                         .execute(params![
@@ -234,10 +352,14 @@ impl Writer {
                                     .map_err(&e)?;
                                 let rowid = tx.last_insert_rowid();
                                 fresh.insert(t.id, rowid);
-                                new_rows.push((t.id, t.root, rowid));
+                                new_rows.push((t.id, t.root, rowid, t.parent));
+                                if let Some(owner) = meta.and_then(|m| m.owner.as_deref()) {
+                                    owned.push((Cow::Borrowed(owner), rowid, true));
+                                }
                             }
                         },
                         WriteOp::DeleteTree(root) => {
+                            let root_row = fresh.get(root).or_else(|| maps.rows.get(root)).copied();
                             let mut rowids: Vec<i64> =
                                 maps.trees.get(root).map(TreeRows::rowids).unwrap_or_default();
                             for r in new_rows.iter().filter(|r| r.1 == *root) {
@@ -245,7 +367,19 @@ impl Writer {
                                 fresh.remove(&r.0);
                             }
                             for rowid in rowids {
-                                delete.execute(params![rowid]).map_err(&e)?;
+                                if Some(rowid) != root_row {
+                                    delete.execute(params![rowid]).map_err(&e)?;
+                                    continue;
+                                }
+                                // The root's row: its owner's list loses it.
+                                let owner = delete_root
+                                    .query_row(params![rowid], |r| Ok(text(r, 0).map(str::to_owned)))
+                                    .optional()
+                                    .map_err(&e)?
+                                    .flatten();
+                                if let Some(owner) = owner {
+                                    owned.push((Cow::Owned(owner), rowid, false));
+                                }
                             }
                             new_rows.retain(|r| r.1 != *root);
                             delete_journal.execute(params![&id_blob(*root)[..]]).map_err(&e)?;
@@ -288,6 +422,7 @@ impl Writer {
             deleted_ids: Vec::new(),
             new_rows,
             released,
+            owned,
         })
     }
 
@@ -314,13 +449,14 @@ impl Writer {
             return Ok(0);
         }
         let mut ids = Vec::new();
+        let mut owned = Vec::new();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(&e)?;
         {
             let mut delete = tx
-                .prepare_cached("DELETE FROM tasks WHERE seq = ?1 RETURNING id")
+                .prepare_cached("DELETE FROM tasks WHERE seq = ?1 RETURNING id, owner")
                 .map_err(&e)?;
             let mut delete_journal = tx
                 .prepare_cached("DELETE FROM journal WHERE root = ?1")
@@ -328,12 +464,15 @@ impl Writer {
             let maps = self.maps.read();
             for root in &due {
                 for rowid in maps.trees.get(root).map(TreeRows::rowids).unwrap_or_default() {
-                    let id: Option<Vec<u8>> = delete
-                        .query_row(params![rowid], |r| r.get(0))
+                    let row: Option<(Vec<u8>, Option<String>)> = delete
+                        .query_row(params![rowid], |r| Ok((r.get(0)?, text(r, 1).map(str::to_owned))))
                         .optional()
                         .map_err(&e)?;
-                    if let Some(id) = id {
+                    if let Some((id, owner)) = row {
                         ids.push(blob_id(&id)?);
+                        if let Some(owner) = owner {
+                            owned.push((Cow::Owned(owner), rowid, false));
+                        }
                     }
                 }
                 delete_journal.execute(params![&id_blob(*root)[..]]).map_err(&e)?;
@@ -346,6 +485,7 @@ impl Writer {
             deleted_ids: ids,
             new_rows: Vec::new(),
             released: Vec::new(),
+            owned,
         });
         Ok(n)
     }
@@ -363,11 +503,12 @@ impl Writer {
     }
 
     /// Brings the maps up to a committed transaction.
-    fn fold(&mut self, f: Folded) {
+    fn fold(&mut self, f: Folded<'_>) {
         let mut maps = self.maps.write();
+        let maps = &mut *maps;
         for root in f.deleted {
             maps.released.remove(&root);
-            if let Some(TreeRows::Live(rows)) = maps.trees.remove(&root) {
+            if let Some(TreeRows::Live { rows, .. }) = maps.trees.remove(&root) {
                 for (_, id) in rows {
                     maps.rows.remove(&id);
                 }
@@ -382,21 +523,63 @@ impl Writer {
                 rows.release();
             }
         }
-        for (id, root, rowid) in f.new_rows {
+        for (id, root, rowid, parent) in f.new_rows {
+            // A parent is stored before its children (in this group or before).
+            let parent = parent.and_then(|p| maps.rows.get(&p).copied());
             maps.rows.insert(id, rowid);
-            maps.trees.entry(root).or_default().push(rowid, id);
+            maps.trees.entry(root).or_default().push(rowid, id, parent);
+        }
+        for (owner, rowid, added) in f.owned {
+            if added {
+                own(&mut maps.owned, owner, rowid);
+            } else if let Some(roots) = maps.owned.get_mut(&*owner) {
+                roots.remove(&rowid);
+                if roots.is_empty() {
+                    maps.owned.remove(&*owner);
+                }
+            }
         }
     }
 }
 
-/// Trees a committed transaction deleted and released, and the rows it
-/// inserted: (id, root, rowid).
-struct Folded {
+/// Adds the root at `rowid` to `owner`'s trees.
+fn own(owned: &mut HashMap<Box<str>, BTreeSet<i64>>, owner: Cow<'_, str>, rowid: i64) {
+    match owned.get_mut(&*owner) {
+        Some(roots) => {
+            roots.insert(rowid);
+        }
+        None => {
+            owned.insert(owner.into(), BTreeSet::from([rowid]));
+        }
+    }
+}
+
+/// Column `i` of `r` when it holds text (an owner; anything else places
+/// nothing: a damaged value is found when its row is read).
+fn text<'r>(r: &'r rusqlite::Row<'_>, i: usize) -> Option<&'r str> {
+    match r.get_ref(i) {
+        Ok(ValueRef::Text(t)) => std::str::from_utf8(t).ok(),
+        _ => None,
+    }
+}
+
+/// A row a committed transaction inserted: (id, root, rowid, parent).
+type NewRow = (TaskId, TaskId, i64, Option<TaskId>);
+
+/// A root's rowid added to (`true`) or taken from its owner's trees
+/// ([`Maps::owned`]), in the order the transaction made them.
+type OwnedChange<'g> = (Cow<'g, str>, i64, bool);
+
+/// Trees a committed transaction deleted and released, the rows it
+/// inserted, and the changes to the principals' lists of trees (owners
+/// borrowed from the group's batches, or read back from deleted rows).
+struct Folded<'g> {
     deleted: Vec<TaskId>,
     /// Ids of deleted released trees' tasks (their trees keep no ids).
     deleted_ids: Vec<TaskId>,
-    new_rows: Vec<(TaskId, TaskId, i64)>,
+    new_rows: Vec<NewRow>,
     released: Vec<(TaskId, i64)>,
+    owned: Vec<OwnedChange<'g>>,
 }
 
 /// Moves queued writes into `group` (at most `max`), or takes the read job
@@ -561,4 +744,175 @@ const FULL_RETRY_MAX: std::time::Duration = std::time::Duration::from_millis(200
 /// The waits of a batch that does not fit, from the first try.
 fn full_retries() -> crate::retry::Backoff {
     crate::retry::delays(FULL_RETRY_MIN, FULL_RETRY_MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::store::{SqliteConfig, SqliteStore, StoredTask, TaskStore};
+
+    fn id(n: u128) -> TaskId {
+        TaskId::from_u128(n)
+    }
+
+    fn ids(c: Children) -> Vec<TaskId> {
+        match c {
+            Children::Ids(ids) => ids,
+            Children::Rowids(r) => panic!("rowids {r:?} of a live tree"),
+        }
+    }
+
+    fn rowids(c: Children) -> Vec<i64> {
+        match c {
+            Children::Rowids(r) => r,
+            Children::Ids(ids) => panic!("ids {ids:?} of a released tree"),
+        }
+    }
+
+    /// A tree's children are the later rows naming their parent, in row
+    /// order, live (ids) and released (rowids); a row whose parent is not
+    /// in the tree (a damaged file) is nobody's child.
+    #[test]
+    fn a_trees_rows_know_each_tasks_children() {
+        let mut t = TreeRows::default();
+        t.push(10, id(1), None);
+        t.push(11, id(2), Some(10));
+        t.push(15, id(3), Some(10));
+        t.push(16, id(4), Some(11));
+        t.push(20, id(5), Some(999));
+        t.push(21, id(6), Some(10));
+        assert_eq!(ids(t.children(10)), vec![id(2), id(3), id(6)]);
+        assert_eq!(ids(t.children(11)), vec![id(4)]);
+        assert!(ids(t.children(16)).is_empty());
+        assert!(ids(t.children(12)).is_empty(), "not a row of the tree");
+        t.release();
+        assert_eq!(t.rowids(), vec![10, 11, 15, 16, 20, 21]);
+        assert_eq!(rowids(t.children(10)), vec![11, 15, 21]);
+        assert_eq!(rowids(t.children(11)), vec![16]);
+        assert!(rowids(t.children(20)).is_empty());
+        let lone = {
+            let mut t = TreeRows::default();
+            t.push(30, id(7), None);
+            t.release();
+            t
+        };
+        assert!(rowids(lone.children(30)).is_empty());
+    }
+
+    fn owned(store: &SqliteStore) -> BTreeMap<String, Vec<i64>> {
+        store
+            .maps
+            .read()
+            .owned
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.iter().copied().collect()))
+            .collect()
+    }
+
+    fn root(n: u128, owner: Option<&str>) -> WriteBatch {
+        WriteBatch {
+            root: id(n),
+            version: 1,
+            ops: vec![
+                WriteOp::PutTree(TreeMeta {
+                    root: id(n),
+                    owner: owner.map(str::to_owned),
+                    resumable: false,
+                    launch: None,
+                }),
+                WriteOp::PutTask(StoredTask {
+                    id: id(n),
+                    root: id(n),
+                    parent: None,
+                    position: 0,
+                    version: 0,
+                    state: "{}".into(),
+                }),
+            ],
+        }
+    }
+
+    /// The principals' lists of roots follow what is written: a root with
+    /// an owner joins its list (one without joins none, nor do subtasks),
+    /// a changed owner moves it, a deleted or swept tree leaves it, an
+    /// emptied list goes; and the scan at open rebuilds the same lists.
+    #[test]
+    fn the_principals_lists_follow_creates_owner_changes_deletes_and_sweeps() {
+        let dir = std::env::temp_dir().join(format!("subtask-owned-{}", TaskId::random()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.db");
+        let open = || SqliteStore::open(SqliteConfig::new(&path)).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let rows = {
+            let store = open();
+            for (n, owner) in [
+                (1, Some("alice")),
+                (2, Some("bob")),
+                (3, None),
+                (4, Some("alice")),
+            ] {
+                store.submit(root(n, owner));
+            }
+            // A subtask, and a root created and deleted in one group.
+            let mut b = root(5, Some("carol"));
+            b.ops.push(WriteOp::PutTask(StoredTask {
+                id: id(6),
+                root: id(5),
+                parent: Some(id(5)),
+                position: 0,
+                version: 0,
+                state: "{}".into(),
+            }));
+            b.ops.push(WriteOp::DeleteTree(id(5)));
+            store.submit(b);
+            store.flush().unwrap();
+            let rows: Vec<i64> = (1..=4).map(|n| store.maps.read().rows[&id(n)]).collect();
+            assert_eq!(
+                owned(&store),
+                BTreeMap::from([
+                    ("alice".into(), vec![rows[0], rows[3]]),
+                    ("bob".into(), vec![rows[1]]),
+                ])
+            );
+            // Bob's tree becomes dave's; alice's first is deleted, her
+            // second let go, to be deleted (swept) in a second.
+            let mut b = root(2, Some("dave"));
+            b.ops.truncate(1);
+            store.submit(b);
+            store.submit(WriteBatch {
+                root: id(1),
+                version: 2,
+                ops: vec![WriteOp::DeleteTree(id(1))],
+            });
+            store.submit(WriteBatch {
+                root: id(4),
+                version: 2,
+                ops: vec![WriteOp::Release {
+                    root: id(4),
+                    delete_at: Some(now + 1_000),
+                }],
+            });
+            store.flush().unwrap();
+            assert_eq!(
+                owned(&store),
+                BTreeMap::from([("alice".into(), vec![rows[3]]), ("dave".into(), vec![rows[1]]),])
+            );
+            let t0 = std::time::Instant::now();
+            while store.maps.read().rows.contains_key(&id(4)) {
+                assert!(t0.elapsed() < std::time::Duration::from_secs(30), "not swept");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            assert_eq!(owned(&store), BTreeMap::from([("dave".into(), vec![rows[1]])]));
+            rows
+        };
+        let store = open();
+        assert_eq!(owned(&store), BTreeMap::from([("dave".into(), vec![rows[1]])]));
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
