@@ -517,17 +517,19 @@ impl Writer {
         for id in f.deleted_ids {
             maps.rows.remove(&id);
         }
-        for (root, at) in f.released {
-            maps.released.insert(root, at);
-            if let Some(rows) = maps.trees.get_mut(&root) {
-                rows.release();
-            }
-        }
+        // The rows before the releases: a tree's last rows and its release
+        // may share a group, and a released tree takes no new row.
         for (id, root, rowid, parent) in f.new_rows {
             // A parent is stored before its children (in this group or before).
             let parent = parent.and_then(|p| maps.rows.get(&p).copied());
             maps.rows.insert(id, rowid);
             maps.trees.entry(root).or_default().push(rowid, id, parent);
+        }
+        for (root, at) in f.released {
+            maps.released.insert(root, at);
+            if let Some(rows) = maps.trees.get_mut(&root) {
+                rows.release();
+            }
         }
         for (owner, rowid, added) in f.owned {
             if added {
