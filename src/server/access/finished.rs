@@ -82,8 +82,8 @@ impl Elsewhere for Finished {
         view: ClientView,
     ) -> BoxFuture<'a, Result<Option<DetailedTask>, ErrorObject>> {
         Box::pin(async move {
-            // A point read (two rowid lookups and a range of the children
-            // index, tens of µs from the page cache) runs on the request's
+            // A point read (two rowid lookups and the children's ids by
+            // rowid, tens of µs from the page cache) runs on the request's
             // thread: a hop to the blocking pool and back cost more than
             // the read (`docs/durability.md`, "Finished trees").
             let reads = self

@@ -182,6 +182,11 @@ impl Writer {
             }
             other => e(other),
         };
+        // A task id read in place; anything but a blob fails as a typed read does.
+        let id_at = |r: &rusqlite::Row<'_>, i: usize| match r.get_ref(i) {
+            Ok(ValueRef::Blob(b)) => blob_id(b),
+            _ => blob_id(&r.get::<_, Vec<u8>>(i).map_err(value)?),
+        };
         {
             let mut maps = w.maps.write();
             let maps = &mut *maps;
@@ -198,8 +203,9 @@ impl Writer {
             let mut rows = stmt.query([]).map_err(&e)?;
             while let Some(r) = rows.next().map_err(&e)? {
                 let rowid: i64 = r.get(0).map_err(value)?;
-                let id = blob_id(&r.get::<_, Vec<u8>>(1).map_err(value)?)?;
-                let root = blob_id(&r.get::<_, Vec<u8>>(2).map_err(value)?)?;
+                // Read in place (no copy per row: a million rows at start).
+                let id = id_at(r, 1)?;
+                let root = id_at(r, 2)?;
                 let parent = match r.get_ref(3) {
                     Ok(ValueRef::Blob(b)) => blob_id(b).ok().and_then(|p| maps.rows.get(&p).copied()),
                     _ => None,
@@ -517,17 +523,19 @@ impl Writer {
         for id in f.deleted_ids {
             maps.rows.remove(&id);
         }
-        for (root, at) in f.released {
-            maps.released.insert(root, at);
-            if let Some(rows) = maps.trees.get_mut(&root) {
-                rows.release();
-            }
-        }
+        // The rows before the releases: a tree's last rows and its release
+        // may share a group, and a released tree takes no new row.
         for (id, root, rowid, parent) in f.new_rows {
             // A parent is stored before its children (in this group or before).
             let parent = parent.and_then(|p| maps.rows.get(&p).copied());
             maps.rows.insert(id, rowid);
             maps.trees.entry(root).or_default().push(rowid, id, parent);
+        }
+        for (root, at) in f.released {
+            maps.released.insert(root, at);
+            if let Some(rows) = maps.trees.get_mut(&root) {
+                rows.release();
+            }
         }
         for (owner, rowid, added) in f.owned {
             if added {
