@@ -34,6 +34,44 @@ pub(crate) enum Timer {
     Delete(Slot),
 }
 
+/// A [`Timer`] packed in 8 bytes, ordered as the timer is, so a heap entry
+/// with its deadline is 16 bytes, not 24 (a live one-task tree holds one):
+/// the top bit is the variant (`Expire` first), then an expiry's depth (31
+/// bits), then the slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct TimerKey(u64);
+
+impl TimerKey {
+    const DELETE: u64 = 1 << 63;
+    /// The largest depth a key holds as is. Deeper tasks (a tree of more
+    /// than two billion levels, which no memory holds) would share it and
+    /// keep their creation order among themselves.
+    const MAX_DEPTH: u32 = (1 << 31) - 1;
+}
+
+impl From<Timer> for TimerKey {
+    fn from(timer: Timer) -> TimerKey {
+        match timer {
+            Timer::Expire(depth, slot) => {
+                debug_assert!(depth <= TimerKey::MAX_DEPTH);
+                TimerKey((u64::from(depth.min(TimerKey::MAX_DEPTH)) << 32) | u64::from(slot.0))
+            }
+            Timer::Delete(slot) => TimerKey(TimerKey::DELETE | u64::from(slot.0)),
+        }
+    }
+}
+
+impl From<TimerKey> for Timer {
+    fn from(key: TimerKey) -> Timer {
+        let slot = Slot(key.0 as u32);
+        if key.0 & TimerKey::DELETE != 0 {
+            Timer::Delete(slot)
+        } else {
+            Timer::Expire((key.0 >> 32) as u32, slot)
+        }
+    }
+}
+
 /// Options of a new subtask.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChildOptions {
@@ -80,7 +118,7 @@ pub struct Forest {
     /// Ordered deadlines, min first. Entries whose task no longer has that
     /// timer armed are stale and skipped (lazy deletion): re-arming is O(log n)
     /// and a one-task tree holds a four-slot vector, not a B-tree node.
-    pub(crate) timers: BinaryHeap<Reverse<(Timestamp, Timer)>>,
+    pub(crate) timers: BinaryHeap<Reverse<(Timestamp, TimerKey)>>,
     /// How many entries of `timers` are stale (an upper bound). When they
     /// are the majority, the heap is rebuilt without them in O(n) instead of
     /// popping each one in O(log n) as it reaches the head: cancelling a
@@ -92,9 +130,10 @@ pub struct Forest {
     epoch: u64,
     /// The first task the current command modified, inline (most
     /// commands modify one: a lone root's forest then holds no buffer);
-    /// the others in `touched`.
+    /// the others in `touched`, boxed (8 bytes here, not 24) and kept for
+    /// the next command once a command touched more than one.
     touched_first: Option<(Slot, TaskStatus)>,
-    touched: Vec<(Slot, TaskStatus)>,
+    touched: Option<Box<Vec<(Slot, TaskStatus)>>>,
 }
 
 impl Default for Forest {
@@ -115,7 +154,7 @@ impl Forest {
             now: Timestamp::EPOCH,
             epoch: 0,
             touched_first: None,
-            touched: Vec::new(),
+            touched: None,
         }
     }
 
@@ -140,6 +179,14 @@ impl Forest {
     /// was deleted).
     pub fn task_at(&self, slot: Slot) -> Option<&TaskRecord> {
         self.tasks.at(slot)
+    }
+
+    /// Records that the handler of the task at `slot` starts at `now` (for
+    /// the runtime's handler run time metric; no lifecycle change).
+    pub(crate) fn handler_started(&mut self, slot: Slot, now: Timestamp) {
+        if let Some(rec) = self.tasks.at_mut(slot) {
+            rec.set_handler_started(now);
+        }
     }
 
     /// Whether the task exists (is retrievable).
@@ -197,20 +244,20 @@ impl Forest {
     /// Whether `(at, timer)` is still armed on its task.
     pub(crate) fn timer_is_live(&self, at: Timestamp, timer: Timer) -> bool {
         match timer {
-            Timer::Expire(_, slot) => self.tasks.at(slot).is_some_and(|r| r.expiry_timer == Some(at)),
-            Timer::Delete(slot) => self.tasks.at(slot).is_some_and(|r| r.delete_timer == Some(at)),
+            Timer::Expire(_, slot) => self.tasks.at(slot).is_some_and(|r| r.expiry_timer() == Some(at)),
+            Timer::Delete(slot) => self.tasks.at(slot).is_some_and(|r| r.delete_timer() == Some(at)),
         }
     }
 
     fn prune_stale_timers(&mut self) {
         if self.stale_timers > 64 && self.stale_timers * 2 > self.timers.len() {
             let mut timers = std::mem::take(&mut self.timers);
-            timers.retain(|&Reverse((at, timer))| self.timer_is_live(at, timer));
+            timers.retain(|&Reverse((at, key))| self.timer_is_live(at, key.into()));
             self.timers = timers;
             self.stale_timers = 0;
         }
-        while let Some(&Reverse((at, timer))) = self.timers.peek() {
-            if self.timer_is_live(at, timer) {
+        while let Some(&Reverse((at, key))) = self.timers.peek() {
+            if self.timer_is_live(at, key.into()) {
                 break;
             }
             self.timers.pop();
@@ -259,7 +306,7 @@ impl Forest {
                 stack.pop();
                 continue;
             };
-            if let Some(child) = rec.children.get(i) {
+            if let Some(child) = rec.child_list().get(i) {
                 if let Some(t) = stack.last_mut() {
                     t.1 += 1;
                 }
@@ -285,7 +332,7 @@ impl Forest {
             self.now = now;
         }
         self.epoch += 1;
-        debug_assert!(self.touched_first.is_none() && self.touched.is_empty());
+        debug_assert!(self.touched_first.is_none() && self.touched.as_ref().is_none_or(|t| t.is_empty()));
     }
 
     /// Ends a command: stamps `lastUpdatedAt` and emits `Changed` once for
@@ -293,12 +340,13 @@ impl Forest {
     pub(crate) fn end(&mut self) {
         let now = self.now;
         let first = self.touched_first.take();
-        let mut touched = std::mem::take(&mut self.touched);
+        let mut touched = self.touched.take();
+        let rest: &[(Slot, TaskStatus)] = touched.as_deref().map_or(&[], |t| t.as_slice());
         // Terminal tasks are reported deepest first, so a task's terminal
         // `Changed` always follows its children's (I6).
         let mut terminal: Vec<(u32, Slot, TaskId, TaskStatus, TaskStatus)> = Vec::new();
-        self.effects.reserve(touched.len() + 1);
-        for &(slot, from) in first.iter().chain(&touched) {
+        self.effects.reserve(rest.len() + 1);
+        for &(slot, from) in first.iter().chain(rest) {
             let Some(rec) = self.tasks.at_mut(slot) else {
                 continue;
             };
@@ -318,7 +366,9 @@ impl Forest {
             self.effects.push_back(Effect::Changed { id, slot, from, to });
         }
         // Keep the buffer for the next command.
-        touched.clear();
+        if let Some(t) = touched.as_mut() {
+            t.clear();
+        }
         self.touched = touched;
         self.prune_stale_timers();
     }
@@ -349,7 +399,7 @@ impl Forest {
             if self.touched_first.is_none() {
                 self.touched_first = Some(entry);
             } else {
-                self.touched.push(entry);
+                self.touched.get_or_insert_with(Box::default).push(entry);
             }
         }
         rec
@@ -376,7 +426,7 @@ impl Forest {
         let slot = self.slot(id)?;
         let rec = &self.tasks[slot];
         match &rec.phase {
-            Phase::Active(a) => Ok((slot, rec, &**a)),
+            Phase::Active(a) => Ok((slot, rec, a)),
             Phase::Terminal(t) => Err(TransitionError::Terminal {
                 id,
                 status: t.status(),
@@ -393,7 +443,7 @@ impl Forest {
             // entry's worth, not the four a first push reserves.
             self.timers.reserve_exact(1);
         }
-        self.timers.push(Reverse((at, timer)));
+        self.timers.push(Reverse((at, timer.into())));
         if earliest.is_none_or(|e| at < e) {
             self.effects.push_back(Effect::ArmTimer { at });
         }
@@ -423,14 +473,18 @@ impl Forest {
         let Some(rec) = self.tasks.at_mut(slot) else {
             return;
         };
-        let field = match timer {
-            Timer::Expire(..) => &mut rec.expiry_timer,
-            Timer::Delete(_) => &mut rec.delete_timer,
+        let old = match timer {
+            Timer::Expire(..) => rec.expiry_timer(),
+            Timer::Delete(_) => rec.delete_timer(),
         };
-        if *field == want {
+        if old == want {
             return;
         }
-        if std::mem::replace(field, want).is_some() {
+        match timer {
+            Timer::Expire(..) => rec.set_expiry_timer(want),
+            Timer::Delete(_) => rec.set_delete_timer(want),
+        }
+        if old.is_some() {
             // The old entry stays in the heap, stale.
             self.stale_timers += 1;
         }
@@ -452,33 +506,36 @@ impl Forest {
         fail_fast: bool,
         pause: PauseState,
     ) -> TaskRecord {
-        TaskRecord {
+        let mut rec = TaskRecord {
             id,
             parent_id: parent.map_or(id, |p| p.0.id),
             parent_slot: parent.map_or(slot, |p| p.1),
             root: parent.map_or(id, |p| p.0.root),
             depth: parent.map_or(0, |p| p.0.depth + 1),
-            position: parent.map_or(0, |p| p.0.children.len() as u32),
-            children: Vec::new(),
+            position: parent.map_or(0, |p| p.0.child_list().len() as u32),
+            rare: None,
             live_children: 0,
             created_at: now,
             last_updated_at: now,
-            ttl_ms,
-            poll_interval_ms,
-            message: None,
+            present: super::record::Present::NONE,
+            ttl_ms: 0,
+            poll_interval_ms: 0,
+            expiry_timer: Timestamp::EPOCH,
+            delete_timer: Timestamp::EPOCH,
             fail_fast,
-            steers: Vec::new(),
+            started_after_ms: 0,
             inputs: None,
-            phase: Phase::Active(Box::new({
+            phase: Phase::Active({
                 let mut active = Active::new(HandlerState::Queued);
                 active.set_pause(pause);
                 active
-            })),
+            }),
             timeline: Timeline::default(),
             touch_epoch: 0,
-            expiry_timer: None,
-            delete_timer: None,
-        }
+        };
+        rec.set_ttl_ms(ttl_ms);
+        rec.set_poll_interval_ms(poll_interval_ms);
+        rec
     }
 
     /// Creates a root task (a tool call that became a task). It starts
@@ -582,7 +639,7 @@ impl Forest {
                 },
             });
         }
-        if prec.children.len() >= limits.max_children as usize {
+        if prec.child_list().len() >= limits.max_children as usize {
             return Err(TransitionError::LimitExceeded {
                 id: parent,
                 limit: Limit::Children {
@@ -608,7 +665,7 @@ impl Forest {
             (r, p) => r.or(p),
         };
         let ttl_ms = expires.map(|e| e.millis_since(now));
-        let poll = opts.poll_interval_ms.or(prec.poll_interval_ms);
+        let poll = opts.poll_interval_ms.or(prec.poll_interval_ms());
         let id = self.fresh_id();
         let slot = self.tasks.next_slot();
         let rec = Self::new_record(
@@ -626,7 +683,7 @@ impl Forest {
             self.mark_spawned(id, mark);
         }
         let p = self.rec_mut_at(pslot);
-        p.children.push(Child { id, slot });
+        p.rare_mut().children.push(Child { id, slot });
         p.live_children += 1;
         self.emit(Effect::Created {
             id,
@@ -644,6 +701,32 @@ impl Forest {
             let id = TaskId::random();
             if !self.tasks.contains_key(&id) {
                 return id;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod timer_key_tests {
+    use super::{Slot, Timer, TimerKey};
+
+    #[test]
+    fn a_timer_key_orders_as_its_timer_and_reads_back() {
+        let mut timers = Vec::new();
+        for slot in [0, 1, 2, 77, u32::MAX - 1, u32::MAX] {
+            timers.push(Timer::Delete(Slot(slot)));
+            for depth in [0, 1, 2, 16, 1000, TimerKey::MAX_DEPTH] {
+                timers.push(Timer::Expire(depth, Slot(slot)));
+            }
+        }
+        for a in &timers {
+            assert_eq!(Timer::from(TimerKey::from(*a)), *a);
+            for b in &timers {
+                assert_eq!(
+                    TimerKey::from(*a).cmp(&TimerKey::from(*b)),
+                    a.cmp(b),
+                    "{a:?} against {b:?}"
+                );
             }
         }
     }

@@ -64,7 +64,7 @@ impl Forest {
                     if self.tasks.slot_of(&p) != Some(rec.parent_slot) {
                         return fail("index", id, "parent slot does not name the parent".into());
                     }
-                    if !prec.children.iter().any(|c| c.id == id && c.slot == slot) {
+                    if !prec.child_list().iter().any(|c| c.id == id && c.slot == slot) {
                         return fail("I3", id, format!("parent {p} does not list it as a child"));
                     }
                     if rec.depth != prec.depth + 1 || rec.root != prec.root {
@@ -108,7 +108,7 @@ impl Forest {
             let mut seen = HashSet::new();
             let mut live = 0u32;
             let mut last_created = None;
-            for child in &rec.children {
+            for child in rec.child_list() {
                 let c = child.id;
                 if self.tasks.slot_of(&c) != Some(child.slot) {
                     return fail("index", id, format!("child {c} is listed with a wrong slot"));
@@ -166,14 +166,14 @@ impl Forest {
                         return fail("I4", id, format!("terminal with {live} live children"));
                     }
                     // I10: nothing left to deliver after the end.
-                    if !rec.steers.is_empty() || rec.has_outstanding_inputs() {
+                    if !rec.queued_steers().is_empty() || rec.has_outstanding_inputs() {
                         return fail(
                             "I10",
                             id,
                             "terminal task still has queued steers or input requests".into(),
                         );
                     }
-                    if rec.expiry_timer.is_some() {
+                    if rec.expiry_timer().is_some() {
                         return fail("timers", id, "terminal task has an expiry timer".into());
                     }
                 }
@@ -183,7 +183,7 @@ impl Forest {
                     // all wait for its re-run to spawn them again.
                     if a.handler == HandlerState::Queued
                         && rec.live_children > 0
-                        && rec.children.iter().any(|c| {
+                        && rec.child_list().iter().any(|c| {
                             !self.tasks[c.slot].is_terminal()
                                 && !super::journal::is_awaiting(&self.tasks[c.slot])
                         })
@@ -205,7 +205,8 @@ impl Forest {
                             "input requests outstanding without a running handler".into(),
                         );
                     }
-                    if a.ending().is_some() && (*a.pause() != PauseState::Unpaused || !rec.steers.is_empty())
+                    if a.ending().is_some()
+                        && (*a.pause() != PauseState::Unpaused || !rec.queued_steers().is_empty())
                     {
                         return fail(
                             "I6",
@@ -213,7 +214,7 @@ impl Forest {
                             "winding-down task is still paused or has steers queued".into(),
                         );
                     }
-                    if matches!(a.handler, HandlerState::Exited(_)) && !rec.steers.is_empty() {
+                    if matches!(a.handler, HandlerState::Exited(_)) && !rec.queued_steers().is_empty() {
                         return fail("I10", id, "finished handler still has steers queued".into());
                     }
                     match *a.pause() {
@@ -241,24 +242,27 @@ impl Forest {
                     }
                     // An expired task that is winding down (waiting for its handler
                     // or children) no longer has a timer: it fired.
-                    let fired = rec.expiry_timer.is_none()
+                    let fired = rec.expiry_timer().is_none()
                         && a.ending().is_some()
                         && rec.expires_at().is_some_and(|e| e <= self.now);
-                    if rec.expiry_timer != rec.expires_at() && !fired {
+                    if rec.expiry_timer() != rec.expires_at() && !fired {
                         return fail("timers", id, "expiry timer does not match the TTL".into());
                     }
                 }
             }
-            if let Some(at) = rec.expiry_timer
+            if let Some(at) = rec.expiry_timer()
                 && !self
                     .timers
                     .iter()
-                    .any(|e| e.0 == (at, Timer::Expire(rec.depth, slot)))
+                    .any(|e| e.0 == (at, Timer::Expire(rec.depth, slot).into()))
             {
                 return fail("timers", id, "expiry timer not in the deadline structure".into());
             }
-            if let Some(at) = rec.delete_timer
-                && !self.timers.iter().any(|e| e.0 == (at, Timer::Delete(slot)))
+            if let Some(at) = rec.delete_timer()
+                && !self
+                    .timers
+                    .iter()
+                    .any(|e| e.0 == (at, Timer::Delete(slot).into()))
             {
                 return fail(
                     "timers",
@@ -268,9 +272,10 @@ impl Forest {
             }
         }
         // Stale entries are allowed (lazy deletion) but never at the head.
-        if let Some(&std::cmp::Reverse((at, timer))) = self.timers.peek()
-            && !self.timer_is_live(at, timer)
+        if let Some(&std::cmp::Reverse((at, key))) = self.timers.peek()
+            && !self.timer_is_live(at, key.into())
         {
+            let timer = Timer::from(key);
             let (Timer::Expire(_, slot) | Timer::Delete(slot)) = timer;
             let id = self.tasks.at(slot).map_or(TaskId::from_u128(0), |r| r.id);
             return fail(

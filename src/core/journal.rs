@@ -218,7 +218,7 @@ impl Forest {
                 acts.insert(seq, act);
             }
         }
-        for (position, child) in rec.children.iter().enumerate() {
+        for (position, child) in rec.child_list().iter().enumerate() {
             let Some(mark) = self.tasks[child.slot].journal().and_then(|j| j.spawned.as_ref()) else {
                 continue;
             };
@@ -301,7 +301,7 @@ impl Forest {
     pub fn fail_unclaimed(&mut self, now: Timestamp, id: TaskId) -> usize {
         let Some(rec) = self.task(id) else { return 0 };
         let orphans: Vec<(usize, super::table::Slot)> = rec
-            .children
+            .child_list()
             .iter()
             .enumerate()
             .filter(|(_, c)| is_awaiting(&self.tasks[c.slot]))
@@ -392,7 +392,7 @@ impl Forest {
         if let Some(j) = rec.inputs.as_mut().and_then(|b| b.journal.as_deref_mut()) {
             j.awaiting = false;
         }
-        rec.message = None;
+        rec.set_message(None);
         self.end();
         true
     }

@@ -98,7 +98,7 @@ impl Forest {
         }
         self.begin(now);
         let rec = self.rec_mut(id);
-        rec.message = message.map(String::into_boxed_str);
+        rec.set_message(message.map(String::into_boxed_str));
         if let Some(a) = rec.active_mut() {
             a.awaiting_dependencies = true;
         }
@@ -135,7 +135,7 @@ impl Forest {
     ) -> Result<(), TransitionError> {
         self.get_active(id)?;
         self.begin(now);
-        self.rec_mut(id).message = message.map(String::into_boxed_str);
+        self.rec_mut(id).set_message(message.map(String::into_boxed_str));
         self.end();
         Ok(())
     }
@@ -250,11 +250,11 @@ impl Forest {
     ) -> Result<Vec<String>, TransitionError> {
         self.require_running(id)?;
         let rec = &self.tasks[&id];
-        if rec.steers.is_empty() || rec.status() == TaskStatus::Paused {
+        if rec.queued_steers().is_empty() || rec.status() == TaskStatus::Paused {
             return Ok(Vec::new());
         }
         self.begin(now);
-        let steers: Vec<String> = self.rec_mut(id).steers.drain(..).collect();
+        let steers: Vec<String> = self.rec_mut(id).take_steers();
         if journal {
             self.journal_steers(id, None, &steers);
         }
@@ -286,11 +286,11 @@ impl Forest {
         // The same safe point as `wait_point`, which also delivers the steers.
         match self.wait_point(now, id)? {
             SafePoint::Continue(_) => {
-                if self.tasks[&id].steers.is_empty() {
+                if self.tasks[&id].queued_steers().is_empty() {
                     return Ok(SafePoint::Continue(Vec::new()));
                 }
                 self.begin(now);
-                let steers: Vec<String> = self.rec_mut(id).steers.drain(..).collect();
+                let steers: Vec<String> = self.rec_mut(id).take_steers();
                 if seq.is_some() {
                     self.journal_steers(id, seq, &steers);
                 }
@@ -471,7 +471,7 @@ impl Forest {
         // Outstanding requests are superseded: nobody waits for them any more.
         rec.clear_outstanding();
         // Undeliverable steers are dropped (I10: never delivered after the end).
-        rec.steers.clear();
+        rec.clear_steers();
         let live_children = rec.live_children;
         let mut fail_children = None;
         if let Some(a) = rec.active_mut() {
@@ -569,7 +569,7 @@ impl Forest {
                 },
             });
         }
-        if rec.steers.len() >= limits.max_steer_queue as usize {
+        if rec.queued_steers().len() >= limits.max_steer_queue as usize {
             return Err(TransitionError::LimitExceeded {
                 id,
                 limit: Limit::SteerQueue {
@@ -578,7 +578,7 @@ impl Forest {
             });
         }
         self.begin(now);
-        self.rec_mut_at(slot).steers.push(message);
+        self.rec_mut_at(slot).rare_mut().steers.push(message);
         self.emit(Effect::SteerQueued { id, slot });
         self.end();
         Ok(())
@@ -741,10 +741,11 @@ impl Forest {
             (Some(w), Some(p)) => Some(w.min(p)),
             (w, p) => w.or(p),
         };
-        self.rec_mut_at(slot).ttl_ms = exp.map(|e| e.millis_since(created));
+        self.rec_mut_at(slot)
+            .set_ttl_ms(exp.map(|e| e.millis_since(created)));
         self.sync_expiry_timer(slot);
         // Pre-order walk: each child is clamped to its (already updated) parent.
-        let mut stack: Vec<Slot> = self.tasks[slot].children.iter().map(|c| c.slot).collect();
+        let mut stack: Vec<Slot> = self.tasks[slot].child_list().iter().map(|c| c.slot).collect();
         while let Some(c) = stack.pop() {
             let rec = &self.tasks[c];
             let pexp = self.tasks[rec.parent_slot].expires_at();
@@ -752,10 +753,10 @@ impl Forest {
                 && own.is_none_or(|o| o > p)
             {
                 let created = rec.created_at;
-                self.rec_mut_at(c).ttl_ms = Some(p.millis_since(created));
+                self.rec_mut_at(c).set_ttl_ms(Some(p.millis_since(created)));
                 self.sync_expiry_timer(c);
             }
-            stack.extend(self.tasks[c].children.iter().map(|c| c.slot));
+            stack.extend(self.tasks[c].child_list().iter().map(|c| c.slot));
         }
         let root = self
             .slot(self.tasks[slot].root)
@@ -771,10 +772,11 @@ impl Forest {
     /// first) and whole-tree deletion.
     pub fn handle_timeout(&mut self, now: Timestamp) {
         self.begin(now);
-        while let Some(&std::cmp::Reverse((at, timer))) = self.timers.peek() {
+        while let Some(&std::cmp::Reverse((at, key))) = self.timers.peek() {
             if at > self.now {
                 break;
             }
+            let timer = Timer::from(key);
             self.timers.pop();
             if !self.timer_is_live(at, timer) {
                 self.stale_timers = self.stale_timers.saturating_sub(1);
@@ -785,8 +787,8 @@ impl Forest {
                     let Some(rec) = self.tasks.at_mut(slot) else {
                         continue;
                     };
-                    rec.expiry_timer = None;
-                    let ttl = rec.ttl_ms;
+                    rec.set_expiry_timer(None);
+                    let ttl = rec.ttl_ms();
                     let failing =
                         matches!(rec.active(), Some(a) if matches!(a.ending(), Some(Ending::Failing { .. })));
                     if rec.is_terminal() || failing {
@@ -801,7 +803,7 @@ impl Forest {
                     let Some(rec) = self.tasks.at_mut(root) else {
                         continue;
                     };
-                    rec.delete_timer = None;
+                    rec.set_delete_timer(None);
                     if rec.is_terminal() {
                         self.remove_tree(root);
                     }
@@ -838,7 +840,7 @@ impl Forest {
             // Their timers become stale and are skipped when reached.
             if let Some(rec) = self.tasks.remove(slot) {
                 self.stale_timers +=
-                    usize::from(rec.expiry_timer.is_some()) + usize::from(rec.delete_timer.is_some());
+                    usize::from(rec.expiry_timer().is_some()) + usize::from(rec.delete_timer().is_some());
                 ids.push(rec.id);
             }
         }
@@ -895,7 +897,7 @@ impl Forest {
         a.set_ending(Some(ending));
         a.set_pause(PauseState::Unpaused);
         rec.clear_outstanding();
-        rec.steers.clear();
+        rec.clear_steers();
         if running {
             self.emit(Effect::CancelHandler { id, slot });
         }
@@ -953,7 +955,7 @@ impl Forest {
                 // Kept only for a handler re-run; a terminal task has none.
                 book.answered.clear();
             }
-            rec.steers.clear();
+            rec.clear_steers();
             let parent = rec.parent().map(|_| rec.parent_slot);
             self.sync_expiry_timer(slot);
             let Some(parent) = parent else {

@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 use super::config::ForestConfig;
 use super::forest::Forest;
 use super::journal::Journal;
-use super::record::{Child, Ending, HandlerOutcome, HandlerState, InputBook, PauseState, Phase, TaskRecord};
+use super::record::{
+    Child, Ending, HandlerOutcome, HandlerState, InputBook, PauseState, Phase, RecordRare, TaskRecord,
+};
 use super::table::{Slot, TaskTable};
 use crate::model::IdMap;
 use crate::model::{ErrorCode, ErrorObject, TaskId, Timestamp};
@@ -35,8 +37,8 @@ struct StateRef<'a> {
     message: Option<&'a str>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     fail_fast: bool,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    steers: &'a Vec<String>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    steers: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
     inputs: Option<&'a InputBook>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -79,11 +81,11 @@ pub fn encode_state(rec: &TaskRecord) -> String {
         v: STATE_FORMAT,
         created_at: rec.created_at.as_millis(),
         last_updated_at: Some(rec.last_updated_at.as_millis()).filter(|&t| t != rec.created_at.as_millis()),
-        ttl_ms: rec.ttl_ms,
-        poll_interval_ms: rec.poll_interval_ms,
-        message: rec.message.as_deref(),
+        ttl_ms: rec.ttl_ms(),
+        poll_interval_ms: rec.poll_interval_ms(),
+        message: rec.handler_message(),
         fail_fast: rec.fail_fast,
-        steers: &rec.steers,
+        steers: rec.queued_steers(),
         inputs: rec.inputs.as_deref().filter(|b| !b.has_no_inputs()),
         journal: rec.journal(),
         phase: &rec.phase,
@@ -116,7 +118,7 @@ pub fn decode_state(
             s.v
         ));
     }
-    Ok(TaskRecord {
+    let mut rec = TaskRecord {
         id,
         parent_id: parent.unwrap_or(id),
         // Set by `Forest::restore`.
@@ -124,15 +126,23 @@ pub fn decode_state(
         root,
         depth: 0,
         position,
-        children: Vec::new(),
+        rare: (s.message.is_some() || !s.steers.is_empty()).then(|| {
+            Box::new(RecordRare {
+                children: Vec::new(),
+                message: s.message.map(String::into_boxed_str),
+                steers: s.steers,
+            })
+        }),
         live_children: 0,
         created_at: Timestamp::from_millis(s.created_at),
         last_updated_at: Timestamp::from_millis(s.last_updated_at.unwrap_or(s.created_at)),
-        ttl_ms: s.ttl_ms,
-        poll_interval_ms: s.poll_interval_ms,
-        message: s.message.map(String::into_boxed_str),
+        present: super::record::Present::NONE,
+        ttl_ms: 0,
+        poll_interval_ms: 0,
+        expiry_timer: Timestamp::EPOCH,
+        delete_timer: Timestamp::EPOCH,
         fail_fast: s.fail_fast,
-        steers: s.steers,
+        started_after_ms: 0,
         inputs: match (s.inputs, s.journal) {
             (None, None) => None,
             (inputs, mut journal) => {
@@ -159,9 +169,10 @@ pub fn decode_state(
             None => super::timeline::Timeline::unrecorded(),
         },
         touch_epoch: 0,
-        expiry_timer: None,
-        delete_timer: None,
-    })
+    };
+    rec.set_ttl_ms(s.ttl_ms);
+    rec.set_poll_interval_ms(s.poll_interval_ms);
+    Ok(rec)
 }
 
 /// Why a stored tree cannot be restored. Nothing is repaired: the operator
@@ -320,7 +331,7 @@ impl Forest {
             };
             rec.depth = depth;
             rec.parent_slot = parent_slot;
-            rec.children = children
+            let kids: Vec<Child> = children
                 .get(id)
                 .into_iter()
                 .flatten()
@@ -329,6 +340,9 @@ impl Forest {
                     slot: slot_of[&c],
                 })
                 .collect();
+            if !kids.is_empty() {
+                rec.rare_mut().children = kids;
+            }
             rec.live_children = 0;
             let slot = table.insert(rec);
             debug_assert_eq!(slot, slot_of[id]);
@@ -337,7 +351,7 @@ impl Forest {
         for i in 0..order.len() {
             let slot = Slot(i as u32);
             let live = table[slot]
-                .children
+                .child_list()
                 .iter()
                 .filter(|c| !table[c.slot].is_terminal())
                 .count() as u32;
@@ -406,11 +420,11 @@ impl Forest {
                 continue;
             }
             let rec = self.rec_mut_at(t);
-            rec.message = Some(if t == root_slot {
+            rec.set_message(Some(if t == root_slot {
                 "the server restarted: the handler runs again".into()
             } else {
                 "the server restarted: waiting for its parent's handler to spawn it again".into()
-            });
+            }));
             if t != root_slot {
                 rec.journal_mut().awaiting = true;
                 out.awaiting.push(rec.id);
@@ -462,7 +476,7 @@ impl Forest {
                 a.set_ending(Some(Ending::Failing { error: error.clone() }));
             }
             rec.clear_outstanding();
-            rec.steers.clear();
+            rec.clear_steers();
             out.failed.push(id);
         }
         for &t in &order {

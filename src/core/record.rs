@@ -272,8 +272,10 @@ impl Terminal {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
-    /// Not terminal (boxed: retained terminal tasks stay small).
-    Active(Box<Active>),
+    /// Not terminal. Held inline (32 bytes; a retained terminal task's
+    /// record carries the same 8 bytes more): a task parked for minutes
+    /// then holds no allocation of its own for it.
+    Active(Active),
     /// Terminal (absorbing).
     Terminal(Terminal),
 }
@@ -349,15 +351,31 @@ pub struct TaskRecord {
     pub(crate) depth: u32,
     /// Index of this task in its parent's `childTaskIds` (0 for a root).
     pub(crate) position: u32,
-    pub(crate) children: Vec<Child>,
+    /// Its children, status message and queued steers, boxed and created
+    /// on demand: most tasks are leaves without a message, and keep 8
+    /// bytes here rather than 64. Read them with [`TaskRecord::children`],
+    /// [`TaskRecord::handler_message`] and [`TaskRecord::queued_steers`].
+    pub(crate) rare: Option<Box<RecordRare>>,
     pub(crate) live_children: u32,
     pub(crate) created_at: Timestamp,
     pub(crate) last_updated_at: Timestamp,
-    pub(crate) ttl_ms: Option<u64>,
-    pub(crate) poll_interval_ms: Option<u64>,
-    pub(crate) message: Option<Box<str>>,
+    /// Which of the four optional numbers below are set ([`Present`]):
+    /// four `Option<u64>`s would take 32 bytes more. Read them with
+    /// [`TaskRecord::ttl_ms`], [`TaskRecord::poll_interval_ms`],
+    /// [`TaskRecord::expiry_timer`] and [`TaskRecord::delete_timer`].
+    pub(super) present: Present,
+    pub(super) ttl_ms: u64,
+    pub(super) poll_interval_ms: u64,
+    /// Timers currently armed for this task.
+    pub(super) expiry_timer: Timestamp,
+    pub(super) delete_timer: Timestamp,
     pub(crate) fail_fast: bool,
-    pub(crate) steers: Vec<String>,
+    /// When its handler last started, in milliseconds after its creation
+    /// (saturating at `u32::MAX`, 49 days): set by the runtime from its
+    /// start command's clock reading, for the handler run time metric
+    /// (read with [`TaskRecord::handler_started_at`]; it fits in the
+    /// record's padding).
+    pub(crate) started_after_ms: u32,
     /// Allocated on the first input request.
     pub(crate) inputs: Option<Box<InputBook>>,
     pub(crate) phase: Phase,
@@ -365,9 +383,46 @@ pub struct TaskRecord {
     pub(crate) timeline: Timeline,
     /// Command epoch in which this record was last touched (effect bookkeeping).
     pub(crate) touch_epoch: u64,
-    /// Timers currently armed for this task.
-    pub(crate) expiry_timer: Option<Timestamp>,
-    pub(crate) delete_timer: Option<Timestamp>,
+}
+
+/// The boxed, rarely used part of a [`TaskRecord`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RecordRare {
+    pub(crate) children: Vec<Child>,
+    pub(crate) message: Option<Box<str>>,
+    pub(crate) steers: Vec<String>,
+}
+
+/// Presence bits of a record's optional numbers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Present(u8);
+
+impl Present {
+    /// None set: what a record's optional numbers start as (each then 0).
+    pub(super) const NONE: Present = Present(0);
+    const TTL: u8 = 1;
+    const POLL: u8 = 2;
+    const EXPIRY: u8 = 4;
+    const DELETE: u8 = 8;
+
+    fn get<T: Copy>(self, bit: u8, value: T) -> Option<T> {
+        (self.0 & bit != 0).then_some(value)
+    }
+
+    /// Sets or clears `bit`, and `value` to what `v` holds (the default
+    /// when `None`, so equal records stay equal).
+    fn set<T: Copy + Default>(&mut self, bit: u8, value: &mut T, v: Option<T>) {
+        match v {
+            Some(v) => {
+                self.0 |= bit;
+                *value = v;
+            }
+            None => {
+                self.0 &= !bit;
+                *value = T::default();
+            }
+        }
+    }
 }
 
 impl TaskRecord {
@@ -398,17 +453,110 @@ impl TaskRecord {
 
     /// Children in creation order (I2: append-only).
     pub fn children(&self) -> impl ExactSizeIterator<Item = TaskId> + '_ {
-        self.children.iter().map(|c| c.id)
+        self.child_list().iter().map(|c| c.id)
     }
 
     /// The `i`-th child (creation order).
     pub fn child(&self, i: usize) -> Option<TaskId> {
-        self.children.get(i).map(|c| c.id)
+        self.child_list().get(i).map(|c| c.id)
     }
 
     /// Number of children.
     pub fn child_count(&self) -> usize {
-        self.children.len()
+        self.child_list().len()
+    }
+
+    /// Children with their slots, in creation order.
+    pub(crate) fn child_list(&self) -> &[Child] {
+        self.rare.as_deref().map_or(&[], |r| &r.children)
+    }
+
+    /// The rarely used part, created on demand.
+    pub(crate) fn rare_mut(&mut self) -> &mut RecordRare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// Sets (or clears) the handler's status message.
+    pub(crate) fn set_message(&mut self, message: Option<Box<str>>) {
+        match (message, self.rare.as_deref_mut()) {
+            (None, None) => {}
+            (message, Some(rare)) => {
+                rare.message = message;
+                self.drop_rare_if_empty();
+            }
+            (message, None) => self.rare_mut().message = message,
+        }
+    }
+
+    /// Frees the rare part once it holds nothing (a task queued for a slot
+    /// had a message until it started: it keeps no empty box for good).
+    fn drop_rare_if_empty(&mut self) {
+        if self
+            .rare
+            .as_deref()
+            .is_some_and(|r| r.children.is_empty() && r.message.is_none() && r.steers.is_empty())
+        {
+            self.rare = None;
+        }
+    }
+
+    /// Takes the queued steers, oldest first.
+    pub(crate) fn take_steers(&mut self) -> Vec<String> {
+        let steers = self
+            .rare
+            .as_deref_mut()
+            .map(|r| std::mem::take(&mut r.steers))
+            .unwrap_or_default();
+        self.drop_rare_if_empty();
+        steers
+    }
+
+    /// Drops the queued steers.
+    pub(crate) fn clear_steers(&mut self) {
+        if let Some(r) = self.rare.as_deref_mut() {
+            r.steers = Vec::new();
+        }
+        self.drop_rare_if_empty();
+    }
+
+    /// When its handler last started (its creation time if it never did).
+    pub(crate) fn handler_started_at(&self) -> Timestamp {
+        self.created_at.saturating_add(u64::from(self.started_after_ms))
+    }
+
+    /// Records that its handler starts at `now`.
+    pub(crate) fn set_handler_started(&mut self, now: Timestamp) {
+        self.started_after_ms = u32::try_from(now.millis_since(self.created_at)).unwrap_or(u32::MAX);
+    }
+
+    /// Sets (or clears) the TTL.
+    pub(crate) fn set_ttl_ms(&mut self, ttl_ms: Option<u64>) {
+        self.present.set(Present::TTL, &mut self.ttl_ms, ttl_ms);
+    }
+
+    /// Sets (or clears) the suggested polling interval.
+    pub(crate) fn set_poll_interval_ms(&mut self, ms: Option<u64>) {
+        self.present.set(Present::POLL, &mut self.poll_interval_ms, ms);
+    }
+
+    /// The deadline of the task's armed expiry timer.
+    pub(crate) fn expiry_timer(&self) -> Option<Timestamp> {
+        self.present.get(Present::EXPIRY, self.expiry_timer)
+    }
+
+    /// Arms (or disarms) the expiry timer's record.
+    pub(crate) fn set_expiry_timer(&mut self, at: Option<Timestamp>) {
+        self.present.set(Present::EXPIRY, &mut self.expiry_timer, at);
+    }
+
+    /// The deadline of the task's armed deletion timer.
+    pub(crate) fn delete_timer(&self) -> Option<Timestamp> {
+        self.present.get(Present::DELETE, self.delete_timer)
+    }
+
+    /// Arms (or disarms) the deletion timer's record.
+    pub(crate) fn set_delete_timer(&mut self, at: Option<Timestamp>) {
+        self.present.set(Present::DELETE, &mut self.delete_timer, at);
     }
 
     /// The task as `view` sees it, with `children` as its `childTaskIds`
@@ -439,8 +587,8 @@ impl TaskRecord {
             status_message: self.status_message(),
             created_at: self.created_at,
             last_updated_at: self.last_updated_at,
-            ttl_ms: self.ttl_ms,
-            poll_interval_ms: self.poll_interval_ms,
+            ttl_ms: self.ttl_ms(),
+            poll_interval_ms: self.poll_interval_ms(),
             parent_task_id: self.parent(),
             child_task_ids: children,
         };
@@ -469,22 +617,22 @@ impl TaskRecord {
 
     /// TTL in milliseconds from creation, `None` for unlimited.
     pub fn ttl_ms(&self) -> Option<u64> {
-        self.ttl_ms
+        self.present.get(Present::TTL, self.ttl_ms)
     }
 
     /// `created_at + ttl`, when the task expires.
     pub fn expires_at(&self) -> Option<Timestamp> {
-        self.ttl_ms.map(|ttl| self.created_at.saturating_add(ttl))
+        self.ttl_ms().map(|ttl| self.created_at.saturating_add(ttl))
     }
 
     /// Suggested polling interval.
     pub fn poll_interval_ms(&self) -> Option<u64> {
-        self.poll_interval_ms
+        self.present.get(Present::POLL, self.poll_interval_ms)
     }
 
     /// The status message set by the handler or the runtime.
     pub fn handler_message(&self) -> Option<&str> {
-        self.message.as_deref()
+        self.rare.as_deref().and_then(|r| r.message.as_deref())
     }
 
     /// Whether this child's failure fails its parent (fail-fast policy).
@@ -494,7 +642,7 @@ impl TaskRecord {
 
     /// Steer messages queued and not yet delivered, oldest first.
     pub fn queued_steers(&self) -> &[String] {
-        &self.steers
+        self.rare.as_deref().map_or(&[], |r| &r.steers)
     }
 
     /// The task's journal, in a durable tree (`None` when it recorded nothing).
@@ -585,14 +733,14 @@ impl TaskRecord {
     /// The active state, `None` once terminal.
     pub fn active(&self) -> Option<&Active> {
         match &self.phase {
-            Phase::Active(a) => Some(&**a),
+            Phase::Active(a) => Some(a),
             Phase::Terminal(_) => None,
         }
     }
 
     pub(crate) fn active_mut(&mut self) -> Option<&mut Active> {
         match &mut self.phase {
-            Phase::Active(a) => Some(&mut **a),
+            Phase::Active(a) => Some(a),
             Phase::Terminal(_) => None,
         }
     }
@@ -649,7 +797,7 @@ impl TaskRecord {
     /// handler's own message.
     pub fn status_message(&self) -> Option<String> {
         match &self.phase {
-            Phase::Terminal(Terminal::Completed { .. }) => self.message.as_deref().map(str::to_owned),
+            Phase::Terminal(Terminal::Completed { .. }) => self.handler_message().map(str::to_owned),
             Phase::Terminal(Terminal::Failed { error }) => Some(error.message.clone()),
             Phase::Terminal(Terminal::Cancelled { reason }) => Some(reason.to_string()),
             Phase::Active(a) => match (a.ending(), a.pause(), &a.handler) {
@@ -666,16 +814,15 @@ impl TaskRecord {
                 (None, PauseState::Unpaused, HandlerState::Exited(_)) => Some(format!(
                     "completing: waiting for {} of {} subtasks",
                     self.live_children,
-                    self.children.len()
+                    self.child_list().len()
                 )),
                 (None, PauseState::Unpaused, HandlerState::Queued) => Some(
-                    self.message
-                        .as_deref()
+                    self.handler_message()
                         .unwrap_or("queued: waiting to start")
                         .to_owned(),
                 ),
                 (None, PauseState::Unpaused, HandlerState::Running) => {
-                    self.message.as_deref().map(str::to_owned)
+                    self.handler_message().map(str::to_owned)
                 }
             },
         }

@@ -34,22 +34,14 @@ const SCAN_MAX: usize = 8;
 /// one partly filled chunk.
 const CHUNK: usize = 512;
 
-/// Full-size chunks of records (see [`CHUNK`]).
+/// What only a tree of more than [`SCAN_MAX`] tasks has, boxed together:
+/// its id index and its records after the first chunk.
 #[derive(Debug, Clone, Default)]
-struct Chunks(Vec<Vec<Option<TaskRecord>>>);
-
-impl std::ops::Deref for Chunks {
-    type Target = Vec<Vec<Option<TaskRecord>>>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Chunks {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
-    }
+struct Large {
+    /// Slots from `CHUNK` on, `CHUNK` per vector.
+    rest: Vec<Vec<Option<TaskRecord>>>,
+    /// Id to slot, built once the table outgrows [`SCAN_MAX`].
+    index: IdMap<Slot>,
 }
 
 /// Records by slot, and an id index.
@@ -58,12 +50,10 @@ pub(crate) struct TaskTable {
     /// Slots `0..CHUNK`; `None` once the task's tree was deleted (slots are
     /// not reused).
     first: Vec<Option<TaskRecord>>,
-    /// Slots from `CHUNK` on, `CHUNK` per vector (boxed: most trees never
-    /// have any, and every tree's table stays small).
-    rest: Option<Box<Chunks>>,
-    /// Id to slot, built once the table outgrows [`SCAN_MAX`] (boxed: an
-    /// empty map is 32 bytes inline, and most trees never build one).
-    index: Option<Box<IdMap<Slot>>>,
+    /// The id index and the slots from `CHUNK` on, once the table outgrows
+    /// [`SCAN_MAX`] (one box for both: most trees never have either, and
+    /// every tree keeps 8 bytes here, not 16).
+    large: Option<Box<Large>>,
     /// Records that are `Some`.
     len: u32,
 }
@@ -81,9 +71,9 @@ impl TaskTable {
     /// Number of slots handed out (deleted records included).
     fn slots(&self) -> usize {
         match self
-            .rest
+            .large
             .as_deref()
-            .and_then(|r| r.last().map(|last| (r.len(), last.len())))
+            .and_then(|l| l.rest.last().map(|last| (l.rest.len(), last.len())))
         {
             None => self.first.len(),
             Some((chunks, last)) => CHUNK * chunks + last,
@@ -95,7 +85,7 @@ impl TaskTable {
         if i < CHUNK {
             self.first.get(i)
         } else {
-            self.rest.as_deref()?.get(i / CHUNK - 1)?.get(i % CHUNK)
+            self.large.as_deref()?.rest.get(i / CHUNK - 1)?.get(i % CHUNK)
         }
     }
 
@@ -104,8 +94,9 @@ impl TaskTable {
         if i < CHUNK {
             self.first.get_mut(i)
         } else {
-            self.rest
+            self.large
                 .as_deref_mut()?
+                .rest
                 .get_mut(i / CHUNK - 1)?
                 .get_mut(i % CHUNK)
         }
@@ -119,7 +110,7 @@ impl TaskTable {
                 .position(|r| r.as_ref().is_some_and(|r| r.id == *id))
                 .map(|i| Slot(i as u32))
         } else {
-            self.index.as_deref()?.get(id).copied()
+            self.large.as_deref()?.index.get(id).copied()
         }
     }
 
@@ -151,7 +142,7 @@ impl TaskTable {
         let n = slot.index();
         if n == SCAN_MAX {
             // Outgrowing the linear scan: index every record so far.
-            let index = self.index.get_or_insert_with(Box::default);
+            let index = &mut self.large.get_or_insert_with(Box::default).index;
             for (i, r) in self.first.iter().enumerate() {
                 if let Some(r) = r {
                     index.insert(r.id, Slot(i as u32));
@@ -159,7 +150,10 @@ impl TaskTable {
             }
         }
         if n >= SCAN_MAX {
-            self.index.get_or_insert_with(Box::default).insert(rec.id, slot);
+            self.large
+                .get_or_insert_with(Box::default)
+                .index
+                .insert(rec.id, slot);
         }
         if n < CHUNK {
             if self.first.capacity() == 0 {
@@ -168,7 +162,7 @@ impl TaskTable {
             }
             self.first.push(Some(rec));
         } else {
-            let rest = self.rest.get_or_insert_with(Box::default);
+            let rest = &mut self.large.get_or_insert_with(Box::default).rest;
             if n.is_multiple_of(CHUNK) {
                 rest.push(Vec::with_capacity(CHUNK));
             }
@@ -181,13 +175,15 @@ impl TaskTable {
     /// Removes the record in `slot` (its slot stays taken).
     pub(crate) fn remove(&mut self, slot: Slot) -> Option<TaskRecord> {
         let rec = self.entry_mut(slot)?.take()?;
-        if let Some(index) = self.index.as_mut() {
-            index.remove(&rec.id);
+        if let Some(large) = self.large.as_mut() {
+            large.index.remove(&rec.id);
         }
         self.len -= 1;
-        if self.len == 0 {
+        if self.len == 0
+            && let Some(large) = self.large.as_mut()
+        {
             // Nothing left: free the index (the tombstones keep slot numbers).
-            self.index = None;
+            large.index = IdMap::default();
         }
         Some(rec)
     }
@@ -196,7 +192,7 @@ impl TaskTable {
     pub(crate) fn iter(&self) -> impl Iterator<Item = (Slot, &TaskRecord)> + '_ {
         self.first
             .iter()
-            .chain(self.rest.iter().flat_map(|r| r.iter()).flatten())
+            .chain(self.large.iter().flat_map(|l| l.rest.iter()).flatten())
             .enumerate()
             .filter_map(|(i, r)| r.as_ref().map(|r| (Slot(i as u32), r)))
     }
@@ -205,7 +201,7 @@ impl TaskTable {
     pub(crate) fn values(&self) -> impl Iterator<Item = &TaskRecord> + '_ {
         self.first
             .iter()
-            .chain(self.rest.iter().flat_map(|r| r.iter()).flatten())
+            .chain(self.large.iter().flat_map(|l| l.rest.iter()).flatten())
             .flatten()
     }
 }
