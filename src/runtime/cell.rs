@@ -32,22 +32,20 @@ pub(crate) struct TaskCell {
     /// The handler's task, woken when the cancel flag is set so its grace
     /// timer starts even if the handler itself waits on something else.
     pub(crate) grace: AtomicWaker,
-    /// Whether the handler holds a scheduler slot.
-    slot: Mutex<SlotState>,
+    /// Whether the handler holds a scheduler slot: a [`SlotState`],
+    /// packed (read and changed with [`TaskCell::slot`]).
+    slot: Mutex<u32>,
     /// The task's span, from its handler's start (`Inner::start_job`): the
     /// parent of its subtasks' spans, and where its final status is
-    /// recorded as it turns terminal.
-    pub(crate) span: std::sync::OnceLock<tracing::Span>,
+    /// recorded as it turns terminal. Kept only when a subscriber enabled
+    /// it, in a box (8 bytes here; a `OnceLock<Span>` is 48, which every
+    /// untraced task would carry). Read it with [`TaskCell::span`].
+    span: once_cell::race::OnceBox<tracing::Span>,
     /// The task's parent, the task's own id for a root (a plain id is 8
     /// bytes smaller than an `Option`, as in `TaskRecord`): kept here, once
     /// per task, rather than in every copy of its handler's context. Read
     /// it with [`TaskCell::parent_of`].
     parent: crate::model::TaskId,
-    /// When the handler started (ms on the runtime's clock, as the start
-    /// command read it), for the handler run time metric: taken from the
-    /// clock readings the start and exit commands make anyway, so timing
-    /// a handler reads no clock of its own.
-    pub(crate) started_ms: AtomicU64,
     /// The task's id and its slot in its forest (a handler's context reads
     /// them here: it keeps only pointers).
     pub(crate) id: crate::model::TaskId,
@@ -68,13 +66,35 @@ impl TaskCell {
             ending: AtomicBool::new(ending),
             stamp: AtomicU64::new(u64::MAX),
             grace: AtomicWaker::new(),
-            slot: Mutex::new(SlotState::Unslotted),
-            span: std::sync::OnceLock::new(),
+            slot: Mutex::new(SlotState::Unslotted.pack()),
+            span: once_cell::race::OnceBox::new(),
             parent,
-            started_ms: AtomicU64::new(0),
             id,
             place,
         })
+    }
+
+    /// The task's span once its handler started, `None` before, or when
+    /// no subscriber enabled it (the span was disabled: entering it or
+    /// recording on it would do nothing).
+    pub(crate) fn span(&self) -> Option<&tracing::Span> {
+        self.span.get()
+    }
+
+    /// The span its subtasks' spans are children of: the task's own, or a
+    /// disabled one when no subscriber enabled it (a disabled parent
+    /// makes a span a root, as when it was kept). A handler's context
+    /// only asks once the handler started, when the span was set.
+    pub(crate) fn parent_span(&self) -> &tracing::Span {
+        static DISABLED: std::sync::LazyLock<tracing::Span> = std::sync::LazyLock::new(tracing::Span::none);
+        self.span().unwrap_or(&DISABLED)
+    }
+
+    /// Keeps the task's span (its handler starts), unless it is disabled.
+    pub(crate) fn set_span(&self, span: tracing::Span) {
+        if !span.is_disabled() {
+            let _ = self.span.set(Box::new(span));
+        }
     }
 
     /// The parent of `id`, this cell's task (`None` for a root).
@@ -102,7 +122,40 @@ impl TaskCell {
 
     /// Runs one transition of the slot state under the cell's mutex.
     pub(crate) fn slot<R>(&self, f: impl FnOnce(&mut SlotState) -> R) -> R {
-        f(&mut self.slot.lock())
+        let mut packed = self.slot.lock();
+        let mut state = SlotState::unpack(*packed);
+        let out = f(&mut state);
+        *packed = state.pack();
+        out
+    }
+}
+
+impl SlotState {
+    /// The state in 4 bytes, so the cell's mutex is 8 (with the enum's
+    /// 8, 12: the cell would round up to 136 bytes, not 120). 0 is
+    /// `Unslotted`, 1 `Holding`, `2 + ((waits - 1) << 1 | slot)` `Parked`.
+    fn pack(self) -> u32 {
+        match self {
+            SlotState::Unslotted => 0,
+            SlotState::Holding => 1,
+            SlotState::Parked { waits, slot } => {
+                // Nested waits are nested futures: never near 2^31.
+                debug_assert!((1..1 << 31).contains(&waits));
+                let waits = waits.clamp(1, (1 << 31) - 1);
+                2 + (((waits - 1) << 1) | u32::from(slot))
+            }
+        }
+    }
+
+    fn unpack(packed: u32) -> SlotState {
+        match packed {
+            0 => SlotState::Unslotted,
+            1 => SlotState::Holding,
+            p => SlotState::Parked {
+                waits: ((p - 2) >> 1) + 1,
+                slot: (p - 2) & 1 == 1,
+            },
+        }
     }
 }
 
@@ -275,6 +328,23 @@ impl SlotState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slot_state_packs_and_unpacks_to_itself() {
+        let mut states = vec![SlotState::Unslotted, SlotState::Holding];
+        for waits in [1, 2, 3, 1000, (1 << 31) - 1] {
+            for slot in [false, true] {
+                states.push(SlotState::Parked { waits, slot });
+            }
+        }
+        let mut packed: Vec<u32> = states.iter().map(|s| s.pack()).collect();
+        for (s, &p) in states.iter().zip(&packed) {
+            assert_eq!(SlotState::unpack(p), *s, "{s:?} as {p}");
+        }
+        packed.sort_unstable();
+        packed.dedup();
+        assert_eq!(packed.len(), states.len(), "two states share a packing");
+    }
 
     #[test]
     fn a_parked_wait_gives_the_slot_back_and_takes_one_on_the_way_out() {

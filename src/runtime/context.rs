@@ -705,11 +705,11 @@ impl TaskContext {
             // A child of the parent task's span, also when the handler
             // spawns from a future of its own that is outside it.
             span: super::span::task_span(
-                self.cell.span.get().unwrap_or(&tracing::Span::current()),
+                self.cell.parent_span(),
                 id,
                 Some(self.cell.id),
                 tree.root,
-                tree.label.as_deref(),
+                tree.label().map(|l| &**l),
                 None,
             ),
         };

@@ -296,7 +296,6 @@ impl Runtime {
                 owner: owner.clone(),
                 durable: Durable::default(),
             },
-            label,
             tool,
             journaled,
         ));
@@ -325,7 +324,7 @@ impl Runtime {
                 id,
                 None,
                 id,
-                tree.label.as_deref(),
+                tree.label().map(|l| &**l),
                 trace_parent,
             ),
         };
@@ -480,7 +479,7 @@ impl Runtime {
                 if s.cursor.is_finished() {
                     return None;
                 }
-                let notified = tree.changed.notified();
+                let notified = tree.changed().notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
                 {

@@ -186,7 +186,6 @@ impl Runtime {
                         ticket: Default::default(),
                     },
                 },
-                label,
                 tool,
                 meta.resumable,
             ));
@@ -223,7 +222,7 @@ impl Runtime {
                             root,
                             None,
                             root,
-                            tree.label.as_deref(),
+                            tree.label().map(|l| &**l),
                             None,
                         ),
                     },

@@ -77,6 +77,9 @@ fn terminal_index(s: TaskStatus) -> Option<usize> {
 /// tool), shared by all its trees.
 #[derive(Debug)]
 pub struct ToolStats {
+    /// The tool's name (`None` for [`Stats::unlabeled`]): its trees read
+    /// their label here rather than keep a copy each.
+    label: Option<Arc<str>>,
     /// `created`, `ended` (3), `live` (3, signed), `retained` (signed).
     counts: Sharded,
     handler: Histogram,
@@ -87,9 +90,25 @@ const ENDED: usize = 1;
 const LIVE: usize = 4;
 const RETAINED: usize = 7;
 
+impl ToolStats {
+    /// The counters of the tool named `label`.
+    fn labeled(label: Arc<str>) -> Self {
+        ToolStats {
+            label: Some(label),
+            ..ToolStats::default()
+        }
+    }
+
+    /// The tool's name (`None` for the counters of unlabeled trees).
+    pub(crate) fn label(&self) -> Option<&Arc<str>> {
+        self.label.as_ref()
+    }
+}
+
 impl Default for ToolStats {
     fn default() -> Self {
         ToolStats {
+            label: None,
             counts: Sharded::new(8),
             handler: Histogram::new(HANDLER_SECONDS_BUCKETS, 1e-9),
         }
@@ -250,7 +269,13 @@ impl Stats {
         if let Some(t) = self.tools.read().get(label) {
             return Some(t.clone());
         }
-        Some(self.tools.write().entry(label.clone()).or_default().clone())
+        Some(
+            self.tools
+                .write()
+                .entry(label.clone())
+                .or_insert_with(|| Arc::new(ToolStats::labeled(label.clone())))
+                .clone(),
+        )
     }
 
     /// A handler started: counted until [`Stats::handler_stopped`] (its

@@ -74,7 +74,7 @@ where
     Fut: Future<Output = HandlerResult> + Send + 'static,
 {
     let made = {
-        let _entered = ctx.cell_ref().span.get().map(tracing::Span::enter);
+        let _entered = ctx.cell_ref().span().map(tracing::Span::enter);
         std::panic::catch_unwind(AssertUnwindSafe(|| f(ctx.clone())))
     };
     match made {
@@ -263,7 +263,7 @@ impl<B: Future<Output = HandlerResult>> Future for Supervisor<B> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut this = self.project();
         let ctx: &Handle = this.ctx;
-        let _entered = ctx.cell_ref().span.get().map(tracing::Span::enter);
+        let _entered = ctx.cell_ref().span().map(tracing::Span::enter);
         let outcome = 'outcome: {
             // The handler first: one that returns as soon as it sees its
             // cancel never arms the grace timer.

@@ -187,19 +187,22 @@ impl TreeState {
 /// A tree: its state behind one lock, and a notifier for ordered-result streams.
 pub(crate) struct TreeCell {
     pub(crate) root: TaskId,
-    /// What the tree runs, for operators (the server's tool name): shown
-    /// by the web view and used as the `tool` label of metrics.
-    pub(crate) label: Option<Arc<str>>,
-    /// The counters of the label's tool, resolved once for the tree
-    /// (`None`: unlabeled, counted in the runtime's `Stats::unlabeled`;
-    /// read it with `Inner::tool_of`).
+    /// What the tree runs, for operators (the server's tool name), as the
+    /// counters of that tool, resolved once for the tree (`None`:
+    /// unlabeled, counted in the runtime's `Stats::unlabeled`; read them
+    /// with `Inner::tool_of`). The name, shown by the web view and used as
+    /// the `tool` label of metrics, is read from them
+    /// ([`TreeCell::label`]): a tree keeps no copy.
     pub(crate) tool: Option<Arc<ToolStats>>,
     /// Durable execution: the tree's handlers keep a journal and run
     /// again in place after a stop (a resumable tool's tree).
     pub(crate) journaled: bool,
     pub(crate) state: Mutex<TreeState>,
-    /// Woken whenever any task of the tree changes.
-    pub(crate) changed: Notify,
+    /// Woken whenever any task of the tree changes: created by the first
+    /// waiter (an ordered-result stream, the web view), so a tree no one
+    /// watches keeps 8 bytes here, not a 32-byte `Notify`. Wait with
+    /// [`TreeCell::changed`], wake with [`TreeCell::notify_changed`].
+    changed: once_cell::race::OnceBox<Notify>,
     /// Handlers that returned and wait for their `finish` to be applied
     /// (`Inner::exit`); boxed while any wait, `None` otherwise.
     pub(crate) exits: Mutex<Option<Box<Exits>>>,
@@ -216,21 +219,40 @@ pub(crate) struct Exits {
 }
 
 impl TreeCell {
-    /// A tree around `state`.
+    /// The tree's change notifier, created on first use. A waiter makes
+    /// its `Notified` (and enables it) before it reads the tree under its
+    /// lock; a change is made under that lock before
+    /// [`TreeCell::notify_changed`] looks for the notifier, so a waiter
+    /// that created it after that look has read the change already.
+    pub(crate) fn changed(&self) -> &Notify {
+        self.changed.get_or_init(|| Box::new(Notify::new()))
+    }
+
+    /// Wakes the tree's waiters: nothing to do when no one ever waited.
+    pub(crate) fn notify_changed(&self) {
+        if let Some(changed) = self.changed.get() {
+            changed.notify_waiters();
+        }
+    }
+
+    /// What the tree runs (its tool's name), if labeled.
+    pub(crate) fn label(&self) -> Option<&Arc<str>> {
+        self.tool.as_deref().and_then(ToolStats::label)
+    }
+
+    /// A tree around `state`, counted under `tool`.
     pub(crate) fn new(
         root: TaskId,
         state: TreeState,
-        label: Option<Arc<str>>,
         tool: Option<Arc<ToolStats>>,
         journaled: bool,
     ) -> TreeCell {
         TreeCell {
             root,
-            label,
             tool,
             journaled,
             state: Mutex::new(state),
-            changed: Notify::new(),
+            changed: once_cell::race::OnceBox::new(),
             exits: Mutex::new(None),
         }
     }

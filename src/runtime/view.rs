@@ -111,7 +111,7 @@ fn pre_order(forest: &Forest, root: TaskId) -> Vec<TaskRow> {
         };
         out.push(row_of(rec));
         // Children pushed last-first, so the first child is visited next.
-        stack.extend(rec.children.iter().rev().map(|c| c.slot));
+        stack.extend(rec.child_list().iter().rev().map(|c| c.slot));
     }
     out
 }
@@ -152,7 +152,7 @@ impl Runtime {
         let st = tree.state.lock();
         TreeRows {
             root: tree.root,
-            tool: tree.label.clone(),
+            tool: tree.label().cloned(),
             rows: pre_order(&st.forest, tree.root),
             ticket: st.durable.ticket,
         }
@@ -212,7 +212,7 @@ fn summarize(position: u64, tree: &TreeCell) -> TreeSummary {
     TreeSummary {
         position,
         root: tree.root,
-        tool: tree.label.clone(),
+        tool: tree.label().cloned(),
         status: root.map_or(TaskStatus::Working, |r| r.status()),
         message: root.and_then(|r| r.status_message()),
         created_at: root.map_or(Timestamp::EPOCH, |r| r.created_at()),

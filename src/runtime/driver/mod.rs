@@ -35,7 +35,6 @@ mod slots;
 mod timers;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use parking_lot::Mutex;
 
@@ -116,7 +115,7 @@ impl Inner {
                             if let Some(rec) = st.forest.task_at(slot) {
                                 // A started task's span is in its cell; one
                                 // that never started has it in its job.
-                                let cell_span = rt.cell.as_ref().and_then(|c| c.span.get());
+                                let cell_span = rt.cell.as_ref().and_then(|c| c.span());
                                 let job_span = rt.rare.as_ref().and_then(|r| r.job.as_ref()).map(|j| &j.span);
                                 if let Some(span) = cell_span.or(job_span) {
                                     super::span::record_end(span, rec);
@@ -226,7 +225,7 @@ impl Inner {
             }
         }
         if post.tree_changed {
-            tree.changed.notify_waiters();
+            tree.notify_changed();
         }
         if let Some(at) = post.arm {
             self.timers.arm(at, tree.root);
@@ -315,10 +314,10 @@ impl Inner {
             }
             let counts = self.tool_of(tree);
             for cell in &cells {
-                let ran = now
-                    .as_millis()
-                    .saturating_sub(cell.started_ms.load(Ordering::Relaxed));
-                counts.handler_ran(std::time::Duration::from_millis(ran));
+                if let Some(rec) = st.forest.task_at(cell.place) {
+                    let ran = now.millis_since(rec.handler_started_at());
+                    counts.handler_ran(std::time::Duration::from_millis(ran));
+                }
             }
             for e in st
                 .forest
@@ -389,9 +388,9 @@ impl Inner {
             // then always current, and it starts holding its slot.
             let cell = st.notify_at(slot).expect("a started task is live");
             cell.slot(SlotState::start);
-            cell.started_ms.store(now.as_millis(), Ordering::Relaxed);
+            st.forest.handler_started(slot, now);
             // The supervisor enters the span from the cell.
-            let _ = cell.span.set(job.span);
+            cell.set_span(job.span);
             let journal = tree.journaled.then(|| {
                 let cursor = if rerun {
                     super::durable::Cursor::replay(st.forest.replay_of(id))

@@ -226,7 +226,7 @@ impl TaskAccess<'_> {
                         return None;
                     }
                     loop {
-                        let notified = cell.changed.notified();
+                        let notified = cell.changed().notified();
                         tokio::pin!(notified);
                         notified.as_mut().enable();
                         let rt = server.runtime();
