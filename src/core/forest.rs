@@ -133,6 +133,10 @@ pub struct Forest {
     /// the others in `touched`, boxed (8 bytes here, not 24) and kept for
     /// the next command once a command touched more than one.
     touched_first: Option<(Slot, TaskStatus)>,
+    #[allow(
+        clippy::box_collection,
+        reason = "8 bytes in every tree's forest, not 24: the vector is needed only by commands that touch more than one task"
+    )]
     touched: Option<Box<Vec<(Slot, TaskStatus)>>>,
 }
 
