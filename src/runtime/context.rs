@@ -15,7 +15,7 @@ use super::error::{Interrupted, RuntimeError};
 use super::inner::Inner;
 use super::supervisor::Launcher;
 use super::tree::{Post, StartJob, TreeCell, TreeState};
-use crate::core::{ChildOptions, SafePoint, Slot, TaskRecord, TransitionError};
+use crate::core::{ChildOptions, SafePoint, TaskRecord, TransitionError};
 use crate::model::{ErrorObject, JsonObject, TaskId, TaskOutcome};
 
 /// What a handler returns: a result (e.g. a `CallToolResult`, also with
@@ -141,8 +141,7 @@ impl From<TransitionError> for TaskError {
 
 /// What a handler starts with (from `Inner::start_job`).
 pub(crate) struct Started {
-    pub(crate) id: TaskId,
-    pub(crate) slot: Slot,
+    /// The task's cell (its id and slot are read there).
     pub(crate) cell: Arc<TaskCell>,
     pub(crate) deps: Vec<DependencyOutcome>,
     pub(crate) rerun: bool,
@@ -187,7 +186,6 @@ impl std::fmt::Debug for TaskContext {
 
 impl TaskContext {
     pub(crate) fn new(inner: Arc<Inner>, tree: Arc<TreeCell>, start: Started) -> Self {
-        debug_assert!(start.cell.id == start.id && start.cell.place == start.slot);
         // No allocation for the common case: no dependencies, a first run,
         // no journal.
         let extra = (!start.deps.is_empty() || start.rerun || start.journal.is_some()).then(|| {

@@ -399,17 +399,15 @@ impl Inner {
                 };
                 Arc::new(Mutex::new(cursor))
             });
-            Some((job.body, deps, slot, cell, journal))
+            Some((job.body, deps, cell, journal))
         });
-        let Some((body, deps, slot, cell, journal)) = started else {
+        let Some((body, deps, cell, journal)) = started else {
             return false;
         };
         if journal.is_some() {
             tracing::debug!(target: super::durable::JOURNAL_TARGET, task = %id, rerun, "handler starts");
         }
         let start = Started {
-            id,
-            slot,
             cell,
             deps,
             rerun,
