@@ -303,15 +303,36 @@ fn take_lock(path: &Path) -> Result<File, StoreError> {
         .write(true)
         .open(&lock_path)
         .map_err(|e| io(format!("{}: {e}", lock_path.display())))?;
-    lock.try_lock().map_err(|_| {
-        StoreError::Locked(format!(
-            "{} is used by another subtask process (lock file {})",
-            path.display(),
-            lock_path.display()
-        ))
-    })?;
-    Ok(lock)
+    // The lock is an `flock`, held by the open file description: a child
+    // process this process forks (any `Command::spawn`) shares it until
+    // its `exec` closes the descriptor. A store dropped and opened again
+    // while another thread spawns a process can find its own lock still
+    // held for those microseconds, so a held lock is tried again for a
+    // short while before the database is reported in use (a fresh-clone
+    // test run met it). Another subtask process holds it for good.
+    let mut tries = 0;
+    loop {
+        match lock.try_lock() {
+            Ok(()) => return Ok(lock),
+            Err(std::fs::TryLockError::WouldBlock) if tries < LOCK_TRIES => {
+                tries += 1;
+                std::thread::sleep(LOCK_RETRY);
+            }
+            Err(_) => {
+                return Err(StoreError::Locked(format!(
+                    "{} is used by another subtask process (lock file {})",
+                    path.display(),
+                    lock_path.display()
+                )));
+            }
+        }
+    }
 }
+
+/// How often a held database lock is tried again before the database is
+/// reported in use, and how long apart ([`take_lock`]): 200 ms in all.
+const LOCK_TRIES: u32 = 20;
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl SqliteStore {
     /// Seals every stored value (task states, launches, journal entries)
