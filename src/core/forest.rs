@@ -34,6 +34,30 @@ pub(crate) enum Timer {
     Delete(Slot),
 }
 
+impl Timer {
+    /// The task the timer is for.
+    pub(crate) fn slot(self) -> Slot {
+        let (Timer::Expire(_, slot) | Timer::Delete(slot)) = self;
+        slot
+    }
+
+    /// The deadline of this kind of timer armed on `rec`, if any.
+    fn armed_on(self, rec: &TaskRecord) -> Option<Timestamp> {
+        match self {
+            Timer::Expire(..) => rec.expiry_timer(),
+            Timer::Delete(_) => rec.delete_timer(),
+        }
+    }
+
+    /// Records `at` as this kind of timer's deadline on `rec`.
+    fn arm_on(self, rec: &mut TaskRecord, at: Option<Timestamp>) {
+        match self {
+            Timer::Expire(..) => rec.set_expiry_timer(at),
+            Timer::Delete(_) => rec.set_delete_timer(at),
+        }
+    }
+}
+
 /// A [`Timer`] packed in 8 bytes, ordered as the timer is, so a heap entry
 /// with its deadline is 16 bytes, not 24 (a live one-task tree holds one):
 /// the top bit is the variant (`Expire` first), then an expiry's depth (31
@@ -247,10 +271,9 @@ impl Forest {
 
     /// Whether `(at, timer)` is still armed on its task.
     pub(crate) fn timer_is_live(&self, at: Timestamp, timer: Timer) -> bool {
-        match timer {
-            Timer::Expire(_, slot) => self.tasks.at(slot).is_some_and(|r| r.expiry_timer() == Some(at)),
-            Timer::Delete(slot) => self.tasks.at(slot).is_some_and(|r| r.delete_timer() == Some(at)),
-        }
+        self.tasks
+            .at(timer.slot())
+            .is_some_and(|r| timer.armed_on(r) == Some(at))
     }
 
     fn prune_stale_timers(&mut self) {
@@ -473,21 +496,14 @@ impl Forest {
     /// Records `want` as the task's armed deadline for `timer` and pushes a
     /// heap entry when it changed; the old entry becomes stale (lazy deletion).
     fn rearm(&mut self, timer: Timer, want: Option<Timestamp>) {
-        let (Timer::Expire(_, slot) | Timer::Delete(slot)) = timer;
-        let Some(rec) = self.tasks.at_mut(slot) else {
+        let Some(rec) = self.tasks.at_mut(timer.slot()) else {
             return;
         };
-        let old = match timer {
-            Timer::Expire(..) => rec.expiry_timer(),
-            Timer::Delete(_) => rec.delete_timer(),
-        };
+        let old = timer.armed_on(rec);
         if old == want {
             return;
         }
-        match timer {
-            Timer::Expire(..) => rec.set_expiry_timer(want),
-            Timer::Delete(_) => rec.set_delete_timer(want),
-        }
+        timer.arm_on(rec, want);
         if old.is_some() {
             // The old entry stays in the heap, stale.
             self.stale_timers += 1;

@@ -276,8 +276,7 @@ impl Forest {
             && !self.timer_is_live(at, key.into())
         {
             let timer = Timer::from(key);
-            let (Timer::Expire(_, slot) | Timer::Delete(slot)) = timer;
-            let id = self.tasks.at(slot).map_or(TaskId::from_u128(0), |r| r.id);
+            let id = self.tasks.at(timer.slot()).map_or(TaskId::from_u128(0), |r| r.id);
             return fail(
                 "timers",
                 id,

@@ -478,13 +478,14 @@ impl TaskRecord {
 
     /// Sets (or clears) the handler's status message.
     pub(crate) fn set_message(&mut self, message: Option<Box<str>>) {
-        match (message, self.rare.as_deref_mut()) {
-            (None, None) => {}
-            (message, Some(rare)) => {
-                rare.message = message;
+        match message {
+            Some(m) => self.rare_mut().message = Some(m),
+            None => {
+                if let Some(rare) = self.rare.as_deref_mut() {
+                    rare.message = None;
+                }
                 self.drop_rare_if_empty();
             }
-            (message, None) => self.rare_mut().message = message,
         }
     }
 
