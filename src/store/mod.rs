@@ -465,6 +465,11 @@ impl Watermark {
         }
     }
 
+    /// The latest durable ticket.
+    pub fn durable(&self) -> Ticket {
+        Ticket(self.durable.load(Ordering::Acquire))
+    }
+
     /// Ticket `t` and every later one failed with `e`.
     pub fn fail(&self, t: Ticket, e: StoreError) {
         let mut f = self.failed.lock();

@@ -85,7 +85,12 @@ impl<C: 'static> WriteQueue<C> {
         {
             let mut q = self.queue.lock();
             if q.closing {
-                return Err(StoreError::Failed("the store is closed".into()));
+                // A writer that died left its failure on the watermark.
+                return Err(self
+                    .mark
+                    .writable()
+                    .err()
+                    .unwrap_or_else(|| StoreError::Failed("the store is closed".into())));
             }
             q.pending.push_back(Job::Read(Box::new(move |c| {
                 let _ = tx.send(f(c));
@@ -109,6 +114,33 @@ impl<C: 'static> WriteQueue<C> {
             }
         }
         false
+    }
+
+    /// A guard for the writer thread to hold for its whole life: if the
+    /// thread unwinds (a panic in the writer or in the database client),
+    /// [`WriteQueue::writer_died`] runs, so nobody waits for it forever.
+    pub(crate) fn writer_guard(&self) -> WriterGuard<'_, C> {
+        WriterGuard(self)
+    }
+
+    /// The writer thread is gone before the store closed: every ticket not
+    /// yet durable fails (the ones in the group it held, everything queued
+    /// and everything submitted later), queued reads are dropped, so their
+    /// callers get an error instead of an answer, and later reads are
+    /// refused. What was committed before stays committed; the store is
+    /// failed, as after a failed commit.
+    pub(crate) fn writer_died(&self) {
+        let e =
+            StoreError::Failed("the store's writer thread stopped (it panicked); restart the process".into());
+        let queued = {
+            let mut q = self.queue.lock();
+            q.closing = true;
+            std::mem::take(&mut q.pending)
+        };
+        self.mark.fail(Ticket(self.mark.durable().0 + 1), e);
+        // Dropping a read drops its answer's sender: its caller wakes.
+        drop(queued);
+        self.wake.notify_all();
     }
 
     /// Asks the writer to stop once everything queued is done.
@@ -140,6 +172,18 @@ impl<C: 'static> WriteQueue<C> {
             }
         }
         Next::Commit
+    }
+}
+
+/// Held by a store's writer thread ([`WriteQueue::writer_guard`]): fails
+/// the store if the thread unwinds.
+pub(crate) struct WriterGuard<'a, C: 'static>(&'a WriteQueue<C>);
+
+impl<C: 'static> Drop for WriterGuard<'_, C> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.writer_died();
+        }
     }
 }
 

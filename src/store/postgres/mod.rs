@@ -311,6 +311,9 @@ impl PostgresStore {
             std::thread::Builder::new()
                 .name("subtask-pg".into())
                 .spawn(move || {
+                    // A panic fails the store instead of leaving its
+                    // callers waiting.
+                    let _guard = shared.writer_guard();
                     let waiting_since = std::time::Instant::now();
                     let opened = loop {
                         match session.connect() {

@@ -242,6 +242,10 @@ impl SqliteStore {
             std::thread::Builder::new()
                 .name("subtask-store".into())
                 .spawn(move || {
+                    // A panic fails the store instead of leaving its
+                    // callers waiting (the syncer, if any, still syncs
+                    // what was committed).
+                    let _guard = shared.queue.writer_guard();
                     writer_loop(writer, &shared, max, &path);
                     if let Some(sync) = &shared.sync {
                         sync.state.lock().closing = true;

@@ -923,4 +923,52 @@ mod tests {
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// A panic on the writer thread fails the store instead of leaving its
+    /// callers waiting forever: what was durable stays so, and a flush, a
+    /// read and a later write report the failure at once; the file opens
+    /// again with what was committed. The panic is injected through a
+    /// read, the one way to run code on the writer thread.
+    #[test]
+    fn a_panicking_writer_fails_the_store_and_leaves_nobody_waiting() {
+        let dir = std::env::temp_dir().join(format!("subtask-panic-{}", TaskId::random()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.db");
+        let open = || SqliteStore::open(SqliteConfig::new(&path)).unwrap();
+        let store = open();
+        let before = store.submit(root(1, Some("alice")));
+        store.flush().unwrap();
+        let read = store
+            .shared
+            .queue
+            .read(|_w| -> Result<(), StoreError> { panic!("injected into the writer") });
+        assert!(matches!(read, Err(StoreError::Failed(_))), "{read:?}");
+        let after = store.submit(root(2, None));
+        // Waited for on another thread, so a regression fails here rather
+        // than hanging the test binary.
+        let store = std::sync::Arc::new(store);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let flusher = std::thread::spawn({
+            let store = store.clone();
+            move || {
+                let _ = tx.send(store.flush());
+            }
+        });
+        let failed = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("a flush after the writer died waits forever")
+            .expect_err("a flush after the writer died");
+        flusher.join().unwrap();
+        assert!(failed.to_string().contains("writer thread stopped"), "{failed}");
+        assert!(matches!(store.shared.queue.mark.check(before), Ok(true)));
+        assert!(store.shared.queue.mark.check(after).is_err());
+        assert!(store.get(id(1)).is_err(), "a read after the writer died");
+        assert!(store.shared.queue.mark.writable().is_err());
+        drop(std::sync::Arc::into_inner(store).expect("the flush thread is done"));
+        let store = open();
+        assert!(store.get(id(1)).unwrap().is_some());
+        assert!(store.get(id(2)).unwrap().is_none());
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
