@@ -34,7 +34,10 @@
 //! `turul.rs`), `workers` (a worker tool through a worker speaking the worker
 //! protocol against the same tool in process, `worker.rs`), `jwt` (an
 //! OAuth access token's cost per `tasks/get`, `jwt.rs`);
-//! `SUBTASK_HTTP_WINDOW_MS` sets the measurement window (3000).
+//! `SUBTASK_HTTP_WINDOW_MS` sets the measurement window (3000);
+//! `SUBTASK_HTTP_KEEP_FINISHED` the seconds subtask's runtime keeps a
+//! finished tree before the SQLite store answers for it (2, as `subtask
+//! serve`; `off` keeps it until its TTL, as before issue 27).
 
 /// The `subtask` binary's allocator (see `src/main.rs`), so the figures are
 /// the server's; `--no-default-features` measures with the system allocator.

@@ -130,8 +130,17 @@ pub(crate) fn start_subtask_with(store: &Store, oauth: Option<subtask::server::O
     let addr = rt.block_on(async {
         // As `subtask serve` runs: finished trees leave memory after 2 s
         // (`--keep-finished`; with SQLite only, which answers for them).
+        // `SUBTASK_HTTP_KEEP_FINISHED=off` keeps them until their TTL, as
+        // before issue 27, to tell that work apart in a comparison.
+        let release_finished_after = match std::env::var("SUBTASK_HTTP_KEEP_FINISHED").as_deref() {
+            Ok("off") => None,
+            Ok(s) => Some(Duration::from_secs(
+                s.parse().expect("SUBTASK_HTTP_KEEP_FINISHED: seconds or off"),
+            )),
+            Err(_) => Some(Duration::from_secs(2)),
+        };
         let config = RuntimeConfig {
-            release_finished_after: Some(Duration::from_secs(2)),
+            release_finished_after,
             ..RuntimeConfig::default()
         };
         let runtime = match opened {
