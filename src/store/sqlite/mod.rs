@@ -334,8 +334,9 @@ fn take_lock(path: &Path) -> Result<File, StoreError> {
 }
 
 /// How often a held database lock is tried again before the database is
-/// reported in use, and how long apart ([`take_lock`]): 200 ms in all.
+/// reported in use ([`take_lock`]): 200 ms in all, with [`LOCK_RETRY`].
 const LOCK_TRIES: u32 = 20;
+/// How long apart the tries of a held database lock are.
 const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl SqliteStore {

@@ -809,6 +809,14 @@ mod tests {
         assert!(rowids(lone.children(30)).is_empty());
     }
 
+    /// A fresh directory for a test's database, and the database's path.
+    fn scratch(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("subtask-{name}-{}", TaskId::random()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.db");
+        (dir, path)
+    }
+
     fn owned(store: &SqliteStore) -> BTreeMap<String, Vec<i64>> {
         store
             .maps
@@ -848,9 +856,7 @@ mod tests {
     /// emptied list goes; and the scan at open rebuilds the same lists.
     #[test]
     fn the_principals_lists_follow_creates_owner_changes_deletes_and_sweeps() {
-        let dir = std::env::temp_dir().join(format!("subtask-owned-{}", TaskId::random()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("t.db");
+        let (dir, path) = scratch("owned");
         let open = || SqliteStore::open(SqliteConfig::new(&path)).unwrap();
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -931,9 +937,7 @@ mod tests {
     /// read, the one way to run code on the writer thread.
     #[test]
     fn a_panicking_writer_fails_the_store_and_leaves_nobody_waiting() {
-        let dir = std::env::temp_dir().join(format!("subtask-panic-{}", TaskId::random()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("t.db");
+        let (dir, path) = scratch("panic");
         let open = || SqliteStore::open(SqliteConfig::new(&path)).unwrap();
         let store = open();
         let before = store.submit(root(1, Some("alice")));
