@@ -51,13 +51,26 @@ impl Cluster {
 
     /// [`Cluster::start`] with the log filter `rust_log`.
     async fn start_logging(&self, name: &str, extra: &[&str], rust_log: &str) -> ServerProcess {
-        let mut args = vec!["--db".to_owned(), self.url.clone()];
+        self.start_with(&self.url, name, extra, rust_log).await
+    }
+
+    /// [`Cluster::start`] reaching the database at `db` (through a relay).
+    async fn start_on(&self, db: &str, name: &str, extra: &[&str]) -> ServerProcess {
+        self.start_with(db, name, extra, support::redone::RUST_LOG).await
+    }
+
+    async fn start_with(&self, db: &str, name: &str, extra: &[&str], rust_log: &str) -> ServerProcess {
+        let mut args = vec!["--db".to_owned(), db.to_owned()];
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let log = self.log(name);
         let env = [("RUST_LOG", rust_log)];
         ServerProcess::start_env(&self.bin, &args, &log, GUARD, &env)
             .await
-            .unwrap_or_else(|e| panic!("instance {name} starts: {e}"))
+            .unwrap_or_else(|e| {
+                let text = read(&log);
+                let tail = &text[text.len().saturating_sub(4000)..];
+                panic!("instance {name} starts: {e}; its log ends:\n{tail}")
+            })
     }
 
     fn log(&self, name: &str) -> PathBuf {
@@ -190,6 +203,155 @@ async fn any_instance_answers_for_any_tree_and_principals_stay_apart() {
     }
     assert!(terminal.contains(&root), "{terminal:?}");
 
+    a.kill();
+    b.kill();
+}
+
+/// A TCP relay to PostgreSQL that, once armed with some bytes, cuts the
+/// connection instead of passing on the first reply that carries them: the
+/// server ran (and, for an autocommit statement, committed: its reply
+/// leaves the server after the commit) the statement that read them, and
+/// the client never hears of it, as when the server restarts or the
+/// network fails at that moment.
+struct LossyRelay {
+    addr: std::net::SocketAddr,
+    needle: std::sync::Arc<parking_lot::Mutex<Option<Vec<u8>>>>,
+    cuts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl LossyRelay {
+    async fn start(upstream: std::net::SocketAddr) -> LossyRelay {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let needle: Arc<parking_lot::Mutex<Option<Vec<u8>>>> = Arc::default();
+        let cuts = Arc::new(AtomicUsize::new(0));
+        let (a, n) = (needle.clone(), cuts.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                    continue;
+                };
+                let (needle, cuts) = (a.clone(), n.clone());
+                tokio::spawn(async move {
+                    let (mut from_client, mut to_client) = client.into_split();
+                    let (mut from_server, mut to_server) = server.into_split();
+                    let up = tokio::spawn(async move {
+                        let _ = tokio::io::copy(&mut from_client, &mut to_server).await;
+                    });
+                    let mut buf = vec![0u8; 64 * 1024];
+                    // The last bytes of the previous read: a needle split
+                    // between two reads is still seen.
+                    let mut tail: Vec<u8> = Vec::new();
+                    while let Ok(read) = from_server.read(&mut buf).await {
+                        if read == 0 {
+                            break;
+                        }
+                        let mut window = std::mem::take(&mut tail);
+                        window.extend_from_slice(&buf[..read]);
+                        let keep = {
+                            let mut armed = needle.lock();
+                            let found = armed
+                                .as_deref()
+                                .is_some_and(|n| window.windows(n.len()).any(|w| w == n));
+                            if found {
+                                *armed = None;
+                                cuts.fetch_add(1, Ordering::AcqRel);
+                                break;
+                            }
+                            armed.as_ref().map_or(0, |n| n.len() - 1)
+                        };
+                        tail = window[window.len().saturating_sub(keep)..].to_vec();
+                        if to_client.write_all(&buf[..read]).await.is_err() {
+                            break;
+                        }
+                    }
+                    up.abort();
+                });
+            }
+        });
+        LossyRelay { addr, needle, cuts }
+    }
+
+    /// `url` (`postgres://user@host:port/db`) through this relay.
+    fn url(&self, url: &str) -> String {
+        let (scheme_user, rest) = url.split_once('@').unwrap();
+        let (_, db) = rest.split_once('/').unwrap();
+        format!("{scheme_user}@{}/{db}", self.addr)
+    }
+}
+
+/// The address in `url` (`postgres://user@host:port/db`).
+fn pg_addr(url: &str) -> std::net::SocketAddr {
+    let (_, rest) = url.split_once('@').unwrap();
+    let (host, _) = rest.split_once('/').unwrap();
+    host.parse().unwrap()
+}
+
+/// A command passed on through another instance keeps its answer when the
+/// connection breaks just as the answer is taken: the holder answered, the
+/// requester's statement that took the answer committed on the server,
+/// and its reply was lost (B reaches PostgreSQL through a relay that cuts
+/// the connection instead of passing that reply on). The requester asks
+/// again on a new connection and still gets the holder's answer, instead
+/// of waiting for one that was already taken (a steer lost that way in a
+/// `scale_out` round, with PostgreSQL stopping at that moment).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_survives_a_connection_lost_as_it_is_taken() {
+    use std::sync::atomic::Ordering;
+    let c = Cluster::new("cluster-lost-reply").await;
+    let tokens = c.tokens();
+    let tokens = tokens.to_str().unwrap();
+    let relay = LossyRelay::start(pg_addr(&c.url)).await;
+    let a = c.start("a", &["--tokens", tokens]).await;
+    let b = c.start_on(&relay.url(&c.url), "b", &["--tokens", tokens]).await;
+    let ann_a = Client::new(a.addr(), full_caps()).with_token("ann-token");
+    let ann_b = Client::new(b.addr(), full_caps()).with_token("ann-token");
+    let root = ann_a
+        .start_task(
+            "fanout",
+            json!({"width": 2, "depth": 1, "steps": 200, "stepMs": 25}),
+        )
+        .await;
+    ann_a.until_children(&root, 2).await;
+    until(&ann_b, &root, |t| t["status"] == "working").await;
+
+    // The holder's answer as B reads it from the inbox (jsonb's text).
+    *relay.needle.lock() = Some(format!("\"taskId\": \"{root}\"").into_bytes());
+    let asked = Instant::now();
+    // B gives up after 30 s, its client after 20 s: 15 s is plenty.
+    let paused = tokio::time::timeout(
+        Duration::from_secs(15),
+        ann_b.call("tasks/pause", json!({"taskId": root})),
+    )
+    .await;
+    let Ok(paused) = paused else {
+        let text = read(&c.log("b"));
+        panic!(
+            "the pause through B was not answered within 15 s ({} cuts); B's log ends:\n{}",
+            relay.cuts.load(Ordering::Acquire),
+            &text[text.len().saturating_sub(3000)..]
+        );
+    };
+    assert_eq!(paused["taskId"], root.as_str(), "{paused}");
+    assert_eq!(
+        relay.cuts.load(Ordering::Acquire),
+        1,
+        "the relay cut B's connection as a command's answer was taken"
+    );
+    // Well within the 30 s B waits for an answer before giving up.
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "the answer took {:?}",
+        asked.elapsed()
+    );
+    until(&ann_a, &root, |t| t["status"] == "paused").await;
+    let resumed = ann_b.call("tasks/resume", json!({"taskId": root})).await;
+    assert_ne!(resumed["status"], "paused", "{resumed}");
+    let done = until(&ann_b, &root, is_terminal).await;
+    assert_eq!(done["status"], "completed", "{done}");
     a.kill();
     b.kill();
 }

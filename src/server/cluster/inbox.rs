@@ -78,10 +78,15 @@ impl Node {
             // The notification is a hint; the row is the truth (a missed
             // notification costs one poll interval).
             let _ = tokio::time::timeout(Duration::from_millis(200), woken.notified()).await;
-            match self.blocking(move |c| inbox::take_answer(c, seq, root)).await {
+            match self.blocking(move |c| inbox::answer(c, seq, root)).await {
                 // The tree was deleted meanwhile: nobody will answer.
                 Ok(Taken::Gone) => return Err(ErrorObject::task_not_found()),
                 Ok(Taken::Answer(text)) => {
+                    // Read, then deleted (`inbox::answer` says why); a row
+                    // left over is answered, and cleaned up later.
+                    if let Err(e) = self.blocking(move |c| inbox::forget(c, seq)).await {
+                        tracing::debug!(error = %e, seq, "deleting an answered command failed; the cleanup will");
+                    }
                     return serde_json::from_str(&text).map_err(|e| {
                         ErrorObject::new(
                             ErrorCode::INTERNAL_ERROR,

@@ -3,7 +3,7 @@
 //! the holder reads the unanswered commands of its trees in order and
 //! writes each answer in the transaction of the command's effects (a
 //! [`WriteOp::Receipt`](crate::store::WriteOp::Receipt), committed by the
-//! writer); the requester takes the answer and deletes the row.
+//! writer); the requester reads the answer, then deletes the row.
 //!
 //! A command and its answer are stored as JSON text, opaque here (the
 //! server's `InboxCommand` and `InboxAnswer`).
@@ -71,10 +71,10 @@ pub(crate) fn insert_command(
     }))
 }
 
-/// What [`take_answer`] found for a command.
+/// What [`answer`] found for a command.
 #[derive(Debug)]
 pub(crate) enum Taken {
-    /// The holder's answer (JSON); the row is deleted.
+    /// The holder's answer (JSON); the row stays until [`forget`].
     Answer(String),
     /// Not answered yet.
     Pending,
@@ -83,12 +83,19 @@ pub(crate) enum Taken {
     Gone,
 }
 
-/// Takes the answer to command `seq` on a task of tree `root` (deleting
-/// the answered row), or deletes the command when its tree is gone.
-pub(crate) fn take_answer(conn: &mut Conn, seq: i64, root: TaskId) -> Result<Taken, postgres::Error> {
-    let st = conn.statement(
-        "DELETE FROM subtask_inbox WHERE seq = $1 AND answer IS NOT NULL RETURNING answer::text",
-    )?;
+/// Reads the answer to command `seq` on a task of tree `root`, or deletes
+/// the command when its tree is gone.
+///
+/// Reading leaves the row: a read whose reply is lost (the connection
+/// breaks as the server sends it) is simply made again. Deleting the row
+/// with the read (`DELETE … RETURNING`) lost the answer that way: the
+/// delete committed, its reply never came, and the requester waited for
+/// an answer no longer there. The requester deletes the row once it has
+/// the answer ([`forget`]); a row it could not delete is answered, so the
+/// cleanup removes it after ten minutes.
+pub(crate) fn answer(conn: &mut Conn, seq: i64, root: TaskId) -> Result<Taken, postgres::Error> {
+    let st =
+        conn.statement("SELECT answer::text FROM subtask_inbox WHERE seq = $1 AND answer IS NOT NULL")?;
     if let Some(row) = conn.query_opt(&st, &[&seq])? {
         let place = Place::nth(Column::Answer, root.as_u128(), seq);
         return Ok(Taken::Answer(open_logged(
@@ -102,6 +109,7 @@ pub(crate) fn take_answer(conn: &mut Conn, seq: i64, root: TaskId) -> Result<Tak
         .query_opt("SELECT 1 FROM subtask_tasks WHERE id = $1", &[&uuid(root)])?
         .is_none();
     if gone {
+        // Idempotent too: asked again, the row is gone and so is the tree.
         conn.execute(
             "DELETE FROM subtask_inbox WHERE seq = $1 AND answer IS NULL",
             &[&seq],
@@ -109,6 +117,13 @@ pub(crate) fn take_answer(conn: &mut Conn, seq: i64, root: TaskId) -> Result<Tak
         return Ok(Taken::Gone);
     }
     Ok(Taken::Pending)
+}
+
+/// Deletes command `seq`, whose answer its requester has.
+pub(crate) fn forget(conn: &mut Conn, seq: i64) -> Result<(), postgres::Error> {
+    let st = conn.statement("DELETE FROM subtask_inbox WHERE seq = $1")?;
+    conn.execute(&st, &[&seq])?;
+    Ok(())
 }
 
 /// An unanswered command for a tree this instance holds.
