@@ -68,8 +68,10 @@ impl Cluster {
             .await
             .unwrap_or_else(|e| {
                 let text = read(&log);
-                let tail = &text[text.len().saturating_sub(4000)..];
-                panic!("instance {name} starts: {e}; its log ends:\n{tail}")
+                panic!(
+                    "instance {name} starts: {e}; its log ends:\n{}",
+                    tail(&text, 4000)
+                )
             })
     }
 
@@ -208,15 +210,23 @@ async fn any_instance_answers_for_any_tree_and_principals_stay_apart() {
 }
 
 /// A TCP relay to PostgreSQL that, once armed with some bytes, cuts the
-/// connection instead of passing on the first reply that carries them: the
+/// connection instead of passing on a reply that carries them (the first,
+/// or the first after `skip` of them have passed): the
 /// server ran (and, for an autocommit statement, committed: its reply
 /// leaves the server after the commit) the statement that read them, and
 /// the client never hears of it, as when the server restarts or the
 /// network fails at that moment.
 struct LossyRelay {
     addr: std::net::SocketAddr,
-    needle: std::sync::Arc<parking_lot::Mutex<Option<Vec<u8>>>>,
+    needle: std::sync::Arc<parking_lot::Mutex<Option<Needle>>>,
     cuts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// What a [`LossyRelay`] looks for.
+struct Needle {
+    bytes: Vec<u8>,
+    /// Replies carrying `bytes` to pass on before the one cut.
+    skip: usize,
 }
 
 impl LossyRelay {
@@ -226,7 +236,7 @@ impl LossyRelay {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let needle: Arc<parking_lot::Mutex<Option<Vec<u8>>>> = Arc::default();
+        let needle: Arc<parking_lot::Mutex<Option<Needle>>> = Arc::default();
         let cuts = Arc::new(AtomicUsize::new(0));
         let (a, n) = (needle.clone(), cuts.clone());
         tokio::spawn(async move {
@@ -253,15 +263,17 @@ impl LossyRelay {
                         window.extend_from_slice(&buf[..read]);
                         let keep = {
                             let mut armed = needle.lock();
-                            let found = armed
-                                .as_deref()
-                                .is_some_and(|n| window.windows(n.len()).any(|w| w == n));
-                            if found {
-                                *armed = None;
-                                cuts.fetch_add(1, Ordering::AcqRel);
-                                break;
+                            if let Some(n) = armed.as_mut()
+                                && window.windows(n.bytes.len()).any(|w| w == n.bytes)
+                            {
+                                if n.skip == 0 {
+                                    *armed = None;
+                                    cuts.fetch_add(1, Ordering::AcqRel);
+                                    break;
+                                }
+                                n.skip -= 1;
                             }
-                            armed.as_ref().map_or(0, |n| n.len() - 1)
+                            armed.as_ref().map_or(0, |n| n.bytes.len() - 1)
                         };
                         tail = window[window.len().saturating_sub(keep)..].to_vec();
                         if to_client.write_all(&buf[..read]).await.is_err() {
@@ -273,6 +285,15 @@ impl LossyRelay {
             }
         });
         LossyRelay { addr, needle, cuts }
+    }
+
+    /// Cuts the reply after the next `skip` replies that carry `bytes`.
+    fn arm(&self, bytes: Vec<u8>, skip: usize) {
+        *self.needle.lock() = Some(Needle { bytes, skip });
+    }
+
+    fn cuts(&self) -> usize {
+        self.cuts.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// `url` (`postgres://user@host:port/db`) through this relay.
@@ -300,7 +321,6 @@ fn pg_addr(url: &str) -> std::net::SocketAddr {
 /// `scale_out` round, with PostgreSQL stopping at that moment).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_survives_a_connection_lost_as_it_is_taken() {
-    use std::sync::atomic::Ordering;
     let c = Cluster::new("cluster-lost-reply").await;
     let tokens = c.tokens();
     let tokens = tokens.to_str().unwrap();
@@ -319,7 +339,7 @@ async fn an_answer_survives_a_connection_lost_as_it_is_taken() {
     until(&ann_b, &root, |t| t["status"] == "working").await;
 
     // The holder's answer as B reads it from the inbox (jsonb's text).
-    *relay.needle.lock() = Some(format!("\"taskId\": \"{root}\"").into_bytes());
+    relay.arm(format!("\"taskId\": \"{root}\"").into_bytes(), 0);
     let asked = Instant::now();
     // B gives up after 30 s, its client after 20 s: 15 s is plenty.
     let paused = tokio::time::timeout(
@@ -331,13 +351,13 @@ async fn an_answer_survives_a_connection_lost_as_it_is_taken() {
         let text = read(&c.log("b"));
         panic!(
             "the pause through B was not answered within 15 s ({} cuts); B's log ends:\n{}",
-            relay.cuts.load(Ordering::Acquire),
-            &text[text.len().saturating_sub(3000)..]
+            relay.cuts(),
+            tail(&text, 3000)
         );
     };
     assert_eq!(paused["taskId"], root.as_str(), "{paused}");
     assert_eq!(
-        relay.cuts.load(Ordering::Acquire),
+        relay.cuts(),
         1,
         "the relay cut B's connection as a command's answer was taken"
     );
@@ -354,6 +374,73 @@ async fn an_answer_survives_a_connection_lost_as_it_is_taken() {
     assert_eq!(done["status"], "completed", "{done}");
     a.kill();
     b.kill();
+}
+
+/// Trees a takeover claimed are run even when loading them failed: B
+/// claims the trees of A (killed), and the connection breaks as B reads
+/// what it claimed (the relay cuts that reply). The claim is committed, so
+/// B holds trees it did not load, and no later claim takes a tree from a
+/// live holder: before the fix nobody ran them again and commands to them
+/// waited in the inbox for ever. B's next look loads the trees it holds and
+/// does not run, and the tree ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trees_claimed_by_an_interrupted_takeover_still_run() {
+    let c = Cluster::new("cluster-claim-cut").await;
+    let relay = LossyRelay::start(pg_addr(&c.url)).await;
+    let a = c.start("a", &["--lease", "2"]).await;
+    let b = c.start_on(&relay.url(&c.url), "b", &["--lease", "2"]).await;
+    let on_a = Client::new(a.addr(), full_caps());
+    let on_b = Client::new(b.addr(), full_caps());
+    let root = on_a
+        .start_task(
+            "fanout",
+            json!({"width": 2, "depth": 1, "steps": 100, "stepMs": 20}),
+        )
+        .await;
+    on_a.until_children(&root, 2).await;
+    until(&on_b, &root, |t| t["status"] == "working").await;
+    // The root's id as PostgreSQL sends a uuid column (binary): B's claim
+    // returns it, then B's read of the claimed trees carries it; that
+    // second reply is cut. Nothing else reads the tree through B meanwhile.
+    let id = uuid::Uuid::parse_str(&root).unwrap();
+    relay.arm(id.as_bytes().to_vec(), 1);
+    a.kill();
+    let deadline = Instant::now() + GUARD;
+    while relay.cuts() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "B never read the trees it claimed; its log ends:\n{}",
+            tail(&read(&c.log("b")), 3000)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let start = Instant::now();
+    let done = loop {
+        let t = on_b.get(&root).await;
+        if is_terminal(&t) {
+            break t;
+        }
+        assert!(
+            start.elapsed() < GUARD,
+            "the claimed tree never ran again: {t}; B's log ends:\n{}",
+            tail(&read(&c.log("b")), 3000)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(done["status"], "completed", "{done}");
+    assert!(
+        read(&c.log("b")).contains("loaded trees an interrupted takeover had claimed"),
+        "B loaded the tree by the way this test is about"
+    );
+    b.kill();
+}
+
+fn tail(text: &str, n: usize) -> &str {
+    let mut at = text.len().saturating_sub(n);
+    while !text.is_char_boundary(at) {
+        at += 1;
+    }
+    &text[at..]
 }
 
 /// An instance stopped past its lease (a zombie) loses its trees to a

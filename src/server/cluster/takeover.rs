@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::Node;
 use super::inbox::drain_inbox;
 use super::upkeep::{collect_garbage, share_live_counts};
+use crate::model::TaskId;
 use crate::server::{Server, ServerInner};
 use crate::store::StoreError;
 use crate::store::postgres::{cluster as db, read_trees};
@@ -26,6 +27,7 @@ pub(super) async fn work_loop(node: Arc<Node>, server: Weak<ServerInner>) {
     let mut next_gc = tokio::time::Instant::now() + Duration::from_secs(60);
     let publish_every = node.config.lease / 3;
     let mut next_publish = tokio::time::Instant::now();
+    let mut unsure = false;
     loop {
         tokio::select! {
             () = node.inbox.notified() => {}
@@ -38,7 +40,7 @@ pub(super) async fn work_loop(node: Arc<Node>, server: Weak<ServerInner>) {
         let server = Server { inner };
         if tokio::time::Instant::now() >= next_scan {
             next_scan = tokio::time::Instant::now() + scan_every;
-            if let Err(e) = take_over(&node, &server).await {
+            if let Err(e) = take_over(&node, &server, &mut unsure).await {
                 tracing::warn!(error = %e, "looking for dead instances failed; retrying");
             }
             if tokio::time::Instant::now() >= next_publish {
@@ -60,7 +62,15 @@ pub(super) async fn work_loop(node: Arc<Node>, server: Weak<ServerInner>) {
 
 /// Revokes expired leases, then claims and brings back the trees of
 /// revoked instances, a batch at a time.
-async fn take_over(node: &Arc<Node>, server: &Server) -> Result<(), StoreError> {
+///
+/// `unsure` is set while a claim is under way and cleared once what it
+/// claimed is loaded. A claim that failed may have claimed trees all the
+/// same (its commit went through and its reply was lost), and a load that
+/// failed leaves claimed trees unloaded: trees this instance holds and
+/// nobody runs, since no later claim takes a tree from a live holder. So
+/// after a failure, the next look first loads the trees this instance holds
+/// that its runtime does not.
+async fn take_over(node: &Arc<Node>, server: &Server, unsure: &mut bool) -> Result<(), StoreError> {
     let me = node.instance;
     let expired = node.blocking(move |c| db::expired_instances(c, me)).await?;
     for dead in expired {
@@ -89,11 +99,29 @@ async fn take_over(node: &Arc<Node>, server: &Server) -> Result<(), StoreError> 
             }
         }
     }
+    if *unsure {
+        let held = node.blocking(move |c| db::held_roots(c, me)).await?;
+        let rt = &server.inner.runtime;
+        let unloaded: Vec<uuid::Uuid> = held
+            .into_iter()
+            .filter(|r| rt.root_of_task(TaskId::from_u128(r.as_u128())).is_none())
+            .collect();
+        if !unloaded.is_empty() {
+            let trees = node
+                .blocking(move |c| Ok(read_trees(c, Some(unloaded.as_slice()))))
+                .await??;
+            let report = server.adopt(trees).await?;
+            tracing::warn!(%report, "loaded trees an interrupted takeover had claimed");
+            node.inbox.notify_one();
+        }
+        *unsure = false;
+    }
     loop {
         if !node.serving() {
             return Ok(());
         }
         let epoch = node.epoch;
+        *unsure = true;
         // Fenced like a commit: a claim by an instance that lost its own
         // lease is not made.
         let claimed = node.blocking(move |c| db::claim_trees(c, me, epoch)).await?;
@@ -102,12 +130,14 @@ async fn take_over(node: &Arc<Node>, server: &Server) -> Result<(), StoreError> 
             return Ok(());
         };
         if claimed.is_empty() {
+            *unsure = false;
             return Ok(());
         }
         let trees = node
             .blocking(move |c| Ok(read_trees(c, Some(claimed.as_slice()))))
             .await??;
         let report = server.adopt(trees).await?;
+        *unsure = false;
         tracing::info!(%report, "took over trees of a dead instance");
         node.inbox.notify_one();
     }

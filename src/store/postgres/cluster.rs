@@ -114,6 +114,18 @@ pub(crate) fn claim_trees(
     Ok(Some(rows.iter().map(|r| r.get(0)).collect()))
 }
 
+/// The roots of the trees instance `me` holds.
+pub(crate) fn held_roots(client: &mut Client, me: uuid::Uuid) -> Result<Vec<uuid::Uuid>, postgres::Error> {
+    Ok(client
+        .query(
+            "SELECT id FROM subtask_tasks WHERE holder = $1 AND parent IS NULL",
+            &[&me],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
 /// Publishes instance `me`'s live tasks per principal (`principals` and
 /// `counts` side by side; zero counts are left out) in place of what it
 /// published before, and returns the others' sums per principal, live
