@@ -390,11 +390,11 @@ struct LimitArgs {
     /// tool sets none; a finished tree is deleted a minute after it.
     #[arg(long = "task-ttl", value_name = "SECONDS", default_value_t = 3600, value_parser = positive)]
     task_ttl: usize,
-    /// Seconds a finished tree stays in memory once it is durable, with
-    /// the SQLite store: then the file answers for it until its deletion,
-    /// so memory follows the live work (docs/durability.md, "Finished
-    /// trees"). Without --db (or with PostgreSQL) finished trees stay in
-    /// memory until deleted.
+    /// Seconds a finished tree stays in memory once it is durable: then the
+    /// SQLite file or the PostgreSQL database answers for it until its
+    /// deletion, so memory follows the live work (docs/durability.md,
+    /// "Finished trees"). Without --db finished trees stay in memory until
+    /// deleted.
     #[arg(long = "keep-finished", value_name = "SECONDS", default_value_t = 2)]
     keep_finished: u64,
 }

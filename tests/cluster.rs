@@ -443,6 +443,224 @@ fn tail(text: &str, n: usize) -> &str {
     &text[at..]
 }
 
+/// `subtask_tasks_retained` summed over tools: finished tasks in `addr`'s
+/// memory.
+async fn retained(addr: std::net::SocketAddr, token: &str) -> i64 {
+    let r = support::http::fetch(
+        addr,
+        "GET",
+        "/metrics",
+        &[("authorization", format!("Bearer {token}"))],
+        b"",
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body
+        .lines()
+        .filter(|l| l.starts_with("subtask_tasks_retained{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as i64)
+        .sum()
+}
+
+/// A blocking query on the test's database.
+async fn sql(url: &str, query: &'static str, root: &str) -> Vec<postgres::Row> {
+    let (url, root) = (url.to_owned(), uuid::Uuid::parse_str(root).unwrap());
+    tokio::task::spawn_blocking(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.query(query, &[&root]).unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+/// Finished trees leave their holder's memory (`--keep-finished`) on a
+/// cluster too, and every instance answers for them from the database as
+/// the holder did from memory: the same snapshots, the same answers to
+/// commands, nothing for another principal. A restart does not load them.
+/// From their deletion time on they read as absent everywhere, and the
+/// sweep deletes their rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_trees_leave_memory_and_every_instance_answers_for_them() {
+    let c = Cluster::new("cluster-finished").await;
+    let tokens = c.tokens();
+    let tokens = tokens.to_str().unwrap();
+    let id = uuid::Uuid::new_v4().to_string();
+    let a_args = ["--tokens", tokens, "--instance-id", &id, "--keep-finished", "3"];
+    let a = c.start("a", &a_args).await;
+    let b = c.start("b", &["--tokens", tokens]).await;
+    let ann_a = Client::new(a.addr(), full_caps()).with_token("ann-token");
+    let ann_b = Client::new(b.addr(), full_caps()).with_token("ann-token");
+    let root = ann_a
+        .start_task(
+            "fanout",
+            json!({"width": 2, "depth": 1, "steps": 2, "stepMs": 10}),
+        )
+        .await;
+    let children = ann_a.until_children(&root, 2).await;
+    let ids: Vec<&str> = std::iter::once(root.as_str())
+        .chain(children.iter().map(String::as_str))
+        .collect();
+
+    // From A's memory: the snapshots, and what commands get.
+    until(&ann_a, &root, is_terminal).await;
+    let mut shown = Vec::new();
+    for id in &ids {
+        shown.push(ann_a.get(id).await);
+    }
+    let steered = ann_a
+        .error("tasks/steer", json!({"taskId": root, "message": "late"}))
+        .await;
+    let cancelled = ann_a.call("tasks/cancel", json!({"taskId": children[0]})).await;
+    assert_eq!(
+        retained(a.addr(), "ann-token").await,
+        3,
+        "the answers above came from A's memory"
+    );
+
+    // Let go: out of A's memory, marked in its root's row.
+    let deadline = Instant::now() + GUARD;
+    while retained(a.addr(), "ann-token").await > 0 {
+        assert!(Instant::now() < deadline, "A never let the finished tree go");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let rows = sql(
+        &c.url,
+        "SELECT delete_at FROM subtask_released WHERE root = $1",
+        &root,
+    )
+    .await;
+    assert_eq!(rows.len(), 1, "the tree is marked released");
+
+    // The same answers from the database, on the holder and on B.
+    let check = |client: Client, what: &'static str| {
+        let (ids, shown, steered, cancelled, root, child) = (
+            ids.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>(),
+            shown.clone(),
+            steered.clone(),
+            cancelled.clone(),
+            root.clone(),
+            children[0].clone(),
+        );
+        async move {
+            for (id, before) in ids.iter().zip(&shown) {
+                assert_eq!(&client.get(id).await, before, "{what}: task {id}");
+            }
+            let again = client
+                .error("tasks/steer", json!({"taskId": root, "message": "late"}))
+                .await;
+            assert_eq!(again, steered, "{what}: a steer of a finished task");
+            let again = client.call("tasks/cancel", json!({"taskId": child})).await;
+            assert_eq!(again, cancelled, "{what}: a cancel of a finished task");
+        }
+    };
+    check(ann_a.clone(), "A, released").await;
+    check(ann_b.clone(), "B").await;
+    for addr in [a.addr(), b.addr()] {
+        let bob = Client::new(addr, full_caps()).with_token("bob-token");
+        let (_, e) = bob.error("tasks/get", json!({"taskId": root})).await;
+        assert_eq!(e["message"], "Failed to retrieve task: Task not found", "{e}");
+        let (_, e) = bob.error("tasks/cancel", json!({"taskId": root})).await;
+        assert_eq!(e["message"], "Failed to retrieve task: Task not found", "{e}");
+    }
+
+    // A restart with the same id loads nothing of it, and answers the same.
+    a.kill();
+    let a = c.start("a-again", &a_args).await;
+    let ann_a = Client::new(a.addr(), full_caps()).with_token("ann-token");
+    assert_eq!(retained(a.addr(), "ann-token").await, 0);
+    assert!(
+        !read(&c.log("a-again")).contains("recovered stored tasks"),
+        "the restart loaded a finished tree"
+    );
+    check(ann_a.clone(), "A, restarted").await;
+
+    // A command stored for A before it let the tree go (written here as B
+    // writes one): A answers it from the rows, as B would have.
+    let url = c.url.clone();
+    let (holder, task) = (
+        uuid::Uuid::parse_str(&id).unwrap(),
+        uuid::Uuid::parse_str(&root).unwrap(),
+    );
+    let seq: i64 = tokio::task::spawn_blocking(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let command =
+            json!({"method": "tasks/steer", "params": {"taskId": task.to_string(), "message": "late"},
+                             "show_paused": true})
+            .to_string();
+        let seq: i64 = c
+            .query_one(
+                "INSERT INTO subtask_inbox (root, task, principal, command, from_instance)
+                 VALUES ($1, $1, 'ann', $2::text::jsonb, $3) RETURNING seq",
+                &[&task, &command, &uuid::Uuid::nil()],
+            )
+            .unwrap()
+            .get(0);
+        c.execute("SELECT pg_notify('subtask_inbox', $1)", &[&holder.to_string()])
+            .unwrap();
+        seq
+    })
+    .await
+    .unwrap();
+    let deadline = Instant::now() + GUARD;
+    let answer = loop {
+        let url = c.url.clone();
+        let answer: Option<String> = tokio::task::spawn_blocking(move || {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.query_one("SELECT answer::text FROM subtask_inbox WHERE seq = $1", &[&seq])
+                .unwrap()
+                .get(0)
+        })
+        .await
+        .unwrap();
+        if let Some(a) = answer {
+            break serde_json::from_str::<Value>(&a).unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "A never answered a command on its released tree"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(answer["error"], steered.1, "{answer} against {steered:?}");
+
+    // Its deletion time, brought forward as time passing would: absent at
+    // once everywhere, then swept.
+    sql(
+        &c.url,
+        "UPDATE subtask_released SET delete_at = 0 WHERE root = $1",
+        &root,
+    )
+    .await;
+    for client in [&ann_a, &ann_b] {
+        let (_, e) = client.error("tasks/get", json!({"taskId": root})).await;
+        assert_eq!(e["message"], "Failed to retrieve task: Task not found", "{e}");
+        let (_, e) = client
+            .error("tasks/steer", json!({"taskId": root, "message": "gone"}))
+            .await;
+        assert_eq!(e["message"], "Failed to retrieve task: Task not found", "{e}");
+    }
+    let deadline = Instant::now() + GUARD;
+    loop {
+        let left = sql(
+            &c.url,
+            "SELECT count(*) FROM subtask_tasks WHERE root = $1",
+            &root,
+        )
+        .await;
+        if left[0].get::<_, i64>(0) == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sweep never deleted the tree's rows"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    a.kill();
+    b.kill();
+}
+
 /// An instance stopped past its lease (a zombie) loses its trees to a
 /// survivor, which resumes them in place; once it runs again it
 /// fences itself (it answers nothing from its memory and runs no handler

@@ -22,8 +22,8 @@ pub struct RuntimeConfig {
     pub default_poll_interval_ms: Option<u64>,
     /// How long a finished tree (its root terminal) stays in memory once
     /// every change of it is durable, when the runtime's store answers for
-    /// finished trees ([`TaskStore::finished`](crate::store::TaskStore::finished),
-    /// the SQLite store): after it the runtime lets the tree go, the store
+    /// finished trees ([`TaskStore::lets_finished_go`](crate::store::TaskStore::lets_finished_go):
+    /// the SQLite store, and a cluster member's PostgreSQL store): after it the runtime lets the tree go, the store
     /// keeps it until its deletion time and deletes it then, and the
     /// runtime no longer answers for it ([`Runtime::get`](super::Runtime::get)
     /// gives `None`; the server answers from the store). So a server's

@@ -196,7 +196,16 @@ impl Runtime {
     #[cfg(feature = "server")]
     pub(crate) fn finished_store(&self) -> Option<(Arc<dyn TaskStore>, Arc<ForestConfig>)> {
         self.inner.release_grace()?;
-        Some((self.inner.store.clone()?, self.inner.forest_config.clone()))
+        let store = self.inner.store.clone()?;
+        store.finished()?;
+        Some((store, self.inner.forest_config.clone()))
+    }
+
+    /// The forests' configuration (for commands on a tree rebuilt from its
+    /// rows).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn forest_config(&self) -> Arc<ForestConfig> {
+        self.inner.forest_config.clone()
     }
 
     /// The configuration.

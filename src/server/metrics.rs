@@ -167,7 +167,7 @@ impl Collector for Scrape {
         {
             let mut m = enc.encode_descriptor(
                 "subtask_tasks_retained",
-                "Terminal tasks still held in memory (until their tree is deleted, or let go to the SQLite file: serve --keep-finished), by tool.",
+                "Terminal tasks still held in memory (until their tree is deleted, or let go to the store: serve --keep-finished), by tool.",
                 None,
                 MetricType::Gauge,
             )?;

@@ -246,7 +246,8 @@ impl Server {
                 #[cfg(feature = "oauth")]
                 oauth: old.oauth.clone(),
                 cluster: std::sync::OnceLock::new(),
-                // A cluster's store keeps finished trees in memory.
+                // A cluster reads the finished trees its runtime let go of
+                // from the database, as the trees others hold.
                 finished: None,
             }),
         };

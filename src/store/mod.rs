@@ -363,6 +363,16 @@ pub trait TaskStore: Send + Sync + 'static {
     fn finished(&self) -> Option<&dyn FinishedTrees> {
         None
     }
+
+    /// Whether the runtime may let finished trees go from memory
+    /// ([`WriteOp::Release`]) on this store: someone answers for them from
+    /// its rows. By default, when the store itself does
+    /// ([`TaskStore::finished`]); a cluster member's PostgreSQL store says
+    /// yes without it, since its cluster reads every tree its instance does
+    /// not hold from the database (`docs/scale-out.md`).
+    fn lets_finished_go(&self) -> bool {
+        self.finished().is_some()
+    }
 }
 
 /// A stored task as a reader outside the runtime shows it: its place in
@@ -403,6 +413,15 @@ pub struct ListedRoot {
 /// Where a listed task is in a store's list: its tree's and its own
 /// positions (the stored sequence numbers).
 pub type ListPosition = (i64, i64);
+
+/// Now, in ms since the Unix epoch: the unit of a released tree's deletion
+/// time in the stores' rows ([`WriteOp::Release`]).
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
 
 /// Reads, from a store, of the trees it holds: for the trees the runtime
 /// let go of once finished ([`WriteOp::Release`]), which the store then

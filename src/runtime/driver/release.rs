@@ -29,7 +29,9 @@ impl Inner {
     /// for them).
     pub(crate) fn release_grace(&self) -> Option<u64> {
         let grace = self.config.release_finished_after?;
-        self.store.as_ref()?.finished()?;
+        if !self.store.as_ref()?.lets_finished_go() {
+            return None;
+        }
         Some(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX))
     }
 

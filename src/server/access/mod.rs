@@ -15,7 +15,8 @@
 //!   store): they are read from the store, and lists come from it;
 //! - a cluster instance (`cluster.rs` here, over `super::cluster`): the
 //!   trees other instances hold, read from the database and commanded
-//!   through its inbox.
+//!   through its inbox, and the finished trees any instance let go of,
+//!   read from the database and commanded on their rows.
 //!
 //! Handlers therefore never ask where a tree is held: the same call gives
 //! the same answer on either path (the owner check, "task not found" for

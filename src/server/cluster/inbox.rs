@@ -14,11 +14,16 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::Node;
+use crate::model::Timestamp;
 use crate::model::{ErrorCode, ErrorObject, TaskId};
+use crate::runtime::command_on_stored;
 use crate::runtime::{Applied, RuntimeError};
 use crate::server::Server;
+use crate::server::reply::store_error;
 use crate::server::request::InboxCommand;
-use crate::store::postgres::inbox::{self, Taken};
+use crate::server::stored::record;
+use crate::store::postgres::inbox::{self, Inserted, Taken};
+use crate::store::postgres::remote;
 use crate::store::{StoreError, WriteOp};
 
 /// A command's answer as the inbox stores it.
@@ -46,12 +51,19 @@ impl Node {
         let principal = principal.to_owned();
         let me = self.instance;
         let text = serde_json::to_string(&command).expect("commands serialize");
-        let posted = self
+        let inserted = self
             .blocking(move |c| inbox::insert_command(c, id, &principal, &text, me))
             .await
             .map_err(unavailable)?;
-        let Some(posted) = posted else {
-            return Err(ErrorObject::task_not_found());
+        let posted = match inserted {
+            Inserted::Posted(posted) => posted,
+            Inserted::NotFound => return Err(ErrorObject::task_not_found()),
+            Inserted::Released(root) => {
+                return match self.command_on_released(root, id, command).await? {
+                    InboxAnswer::Result(v) => Ok(v),
+                    InboxAnswer::Error(e) => Err(e),
+                };
+            }
         };
         let seq = posted.seq;
         let woken = Arc::new(Notify::new());
@@ -62,6 +74,38 @@ impl Node {
             InboxAnswer::Result(v) => Ok(v),
             InboxAnswer::Error(e) => Err(e),
         }
+    }
+
+    /// The answer to `command` on task `id` of the finished tree `root`,
+    /// which its holder let go of from memory: the lifecycle code's answer
+    /// on the tree rebuilt from its rows (`task is already completed`, or
+    /// an acknowledged cancel of a terminal task), as the holder would
+    /// have given it. The tree is finished, so nothing is written.
+    async fn command_on_released(
+        self: &Arc<Self>,
+        root: TaskId,
+        id: TaskId,
+        command: InboxCommand,
+    ) -> Result<InboxAnswer, ErrorObject> {
+        let command = match command.into_command() {
+            Ok(c) => c.command,
+            Err(e) => return Ok(InboxAnswer::Error(e)),
+        };
+        let rows = self
+            .blocking(move |c| remote::read_trees(c, &[root]))
+            .await
+            .map_err(unavailable)?;
+        // Swept (or past its deletion time) meanwhile.
+        if !rows.iter().any(|(t, _)| t.id == id) {
+            return Ok(InboxAnswer::Error(ErrorObject::task_not_found()));
+        }
+        let records = rows
+            .iter()
+            .map(|(t, _)| record(t))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(store_error)?;
+        let outcome = command_on_stored(&self.forest, root, records, id, command, Timestamp::now());
+        Ok(answer_of(&outcome))
     }
 
     /// Waits for the answer to command `seq` on tree `root` (woken by its
@@ -122,12 +166,20 @@ pub(super) async fn drain_inbox(node: &Arc<Node>, server: &Server) -> Result<(),
             .await?;
         let full = rows.len() == DRAIN_BATCH;
         let mut touched: Vec<TaskId> = Vec::new();
+        let mut answered = false;
         for row in rows {
-            if server.apply_inbox(row.seq, row.task, &row.principal, &row.command) {
+            if row.released.is_some() {
+                // Stored before this instance let the finished tree go.
+                answer_released(node, row).await?;
+                answered = true;
+            } else if server.apply_inbox(row.seq, row.task, &row.principal, &row.command) {
                 touched.push(row.task);
             }
         }
         if touched.is_empty() {
+            if answered && full {
+                continue;
+            }
             return Ok(());
         }
         for id in touched {
@@ -139,6 +191,39 @@ pub(super) async fn drain_inbox(node: &Arc<Node>, server: &Server) -> Result<(),
             return Ok(());
         }
     }
+}
+
+/// Answers `row`, a command on a tree this instance let go of from memory
+/// after it was stored, as [`Node::command_on_released`] does, and stores
+/// the answer for its requester.
+async fn answer_released(node: &Arc<Node>, row: inbox::Unanswered) -> Result<(), StoreError> {
+    let Some(root) = row.released else { return Ok(()) };
+    let principal_ok = {
+        let task = row.task;
+        node.blocking(move |c| remote::read_task(c, task))
+            .await?
+            .is_some_and(|t| t.owner.as_deref() == Some(row.principal.as_str()))
+    };
+    let answer = if !principal_ok {
+        InboxAnswer::Error(ErrorObject::task_not_found())
+    } else {
+        match serde_json::from_str::<InboxCommand>(&row.command) {
+            // A read that failed is tried again at the next drain, not
+            // stored as the answer.
+            Ok(command) => node
+                .command_on_released(root, row.task, command)
+                .await
+                .map_err(|e| StoreError::Io(e.message))?,
+            Err(e) => InboxAnswer::Error(ErrorObject::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!("an unreadable command in the inbox: {e}"),
+            )),
+        }
+    };
+    let text = serde_json::to_string(&answer).expect("answers serialize");
+    let seq = row.seq;
+    node.blocking(move |c| inbox::answer_released(c, seq, root, &text))
+        .await
 }
 
 /// The error of a command that could not be passed on.

@@ -208,6 +208,9 @@ pub(crate) struct Node {
     /// incarnation's trees are dropped (it may be adopting some).
     work: Mutex<Option<tokio::task::JoinHandle<()>>>,
     config: ClusterConfig,
+    /// The forests' configuration, for commands on finished trees rebuilt
+    /// from their rows (`inbox.rs`).
+    forest: Arc<crate::core::ForestConfig>,
     /// Connections for reads, the inbox, takeovers and upkeep (blocking;
     /// used from `spawn_blocking`), and how the lease and LISTEN
     /// connections are made.
@@ -250,7 +253,13 @@ impl Server {
             instance: registration.instance,
             current: parking_lot::RwLock::new((
                 self.clone(),
-                Node::new(registration, config.clone(), pool, seat.clone()),
+                Node::new(
+                    registration,
+                    config.clone(),
+                    pool,
+                    seat.clone(),
+                    self.inner.runtime.forest_config(),
+                ),
             )),
             config,
             leaving: AtomicBool::new(false),
@@ -386,9 +395,16 @@ pub(crate) fn fenced_error() -> ErrorObject {
 }
 
 impl Node {
-    fn new(registration: &Registration, config: ClusterConfig, pool: Pool, seat: Weak<Seat>) -> Arc<Node> {
+    fn new(
+        registration: &Registration,
+        config: ClusterConfig,
+        pool: Pool,
+        seat: Weak<Seat>,
+        forest: Arc<crate::core::ForestConfig>,
+    ) -> Arc<Node> {
         let (changed, _) = broadcast::channel(1024);
         Arc::new(Node {
+            forest,
             instance: registration.instance,
             epoch: registration.epoch,
             gate: registration.gate.clone(),

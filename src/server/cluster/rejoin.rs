@@ -148,7 +148,8 @@ async fn rejoin(seat: &Arc<Seat>, old: &Server) -> Result<Arc<Node>, String> {
             return Err(format!("cannot bring its trees back: {e}"));
         }
     };
-    let node = Node::new(&registration, config, pool, Arc::downgrade(seat));
+    let forest = server.inner.runtime.forest_config();
+    let node = Node::new(&registration, config, pool, Arc::downgrade(seat), forest);
     if let Err(e) = server.run_node(&node) {
         registration.fence("its rejoining failed");
         return Err(e.to_string());

@@ -1,8 +1,9 @@
 //! Takeover: the loop every instance runs while it serves, which looks for
 //! dead instances a few times per lease (revokes expired leases, claims the
 //! trees of revoked instances a batch at a time and brings them back as a
-//! restart does), shares live-task counts and cleans up on its own
-//! schedules (`upkeep.rs`), and applies the commands waiting in the inbox
+//! restart does), shares live-task counts, deletes finished trees past
+//! their deletion time and cleans up on its own schedules (`upkeep.rs`),
+//! and applies the commands waiting in the inbox
 //! for this instance's trees (`inbox.rs`).
 
 use std::sync::atomic::Ordering;
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use super::Node;
 use super::inbox::drain_inbox;
-use super::upkeep::{collect_garbage, share_live_counts};
+use super::upkeep::{collect_garbage, share_live_counts, sweep_released};
 use crate::model::TaskId;
 use crate::server::{Server, ServerInner};
 use crate::store::StoreError;
@@ -19,7 +20,8 @@ use crate::store::postgres::{cluster as db, read_trees};
 
 /// Runs until `node` is stopped or lost, or its server is gone: a look
 /// for dead instances every lease/10 (clamped to 100 ms–1 s), live counts
-/// shared every third of a lease, a cleanup every minute, and the inbox
+/// shared and finished trees past their deletion time swept every third
+/// of a lease, a cleanup every minute, and the inbox
 /// drained whenever a command arrives (and at every look).
 pub(super) async fn work_loop(node: Arc<Node>, server: Weak<ServerInner>) {
     let scan_every = (node.config.lease / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
@@ -47,6 +49,9 @@ pub(super) async fn work_loop(node: Arc<Node>, server: Weak<ServerInner>) {
                 next_publish = tokio::time::Instant::now() + publish_every;
                 if let Err(e) = share_live_counts(&node, &server).await {
                     tracing::warn!(error = %e, "sharing live-task counts failed; retrying");
+                }
+                if let Err(e) = sweep_released(&node).await {
+                    tracing::warn!(error = %e, "deleting finished trees past their deletion time failed; retrying");
                 }
             }
             if tokio::time::Instant::now() >= next_gc {

@@ -30,3 +30,23 @@ pub(super) async fn collect_garbage(node: &Arc<Node>) {
         tracing::warn!(error = %e, "cleaning up the inbox failed");
     }
 }
+
+/// Released trees deleted per transaction of a sweep.
+const SWEEP_BATCH: i64 = 64;
+
+/// Deletes the finished trees let go of from memory (by any instance) whose
+/// deletion time has come, a batch per transaction (`docs/scale-out.md`,
+/// "Finished trees").
+pub(super) async fn sweep_released(node: &Arc<Node>) -> Result<usize, StoreError> {
+    let mut swept = 0;
+    loop {
+        let now = crate::store::now_ms();
+        let n = node
+            .blocking(move |c| db::sweep_released(c, now, SWEEP_BATCH))
+            .await?;
+        swept += n;
+        if n < SWEEP_BATCH as usize {
+            return Ok(swept);
+        }
+    }
+}

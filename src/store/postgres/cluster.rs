@@ -106,6 +106,7 @@ pub(crate) fn claim_trees(
     let rows = tx.query(
         "UPDATE subtask_tasks SET holder = $1 WHERE id IN (
              SELECT id FROM subtask_tasks WHERE holder = ANY($2) AND parent IS NULL
+               AND NOT EXISTS (SELECT 1 FROM subtask_released x WHERE x.root = subtask_tasks.id)
              LIMIT 64 FOR UPDATE SKIP LOCKED)
          RETURNING id",
         &[&me, &dead],
@@ -118,7 +119,8 @@ pub(crate) fn claim_trees(
 pub(crate) fn held_roots(client: &mut Client, me: uuid::Uuid) -> Result<Vec<uuid::Uuid>, postgres::Error> {
     Ok(client
         .query(
-            "SELECT id FROM subtask_tasks WHERE holder = $1 AND parent IS NULL",
+            "SELECT id FROM subtask_tasks WHERE holder = $1 AND parent IS NULL
+               AND NOT EXISTS (SELECT 1 FROM subtask_released x WHERE x.root = subtask_tasks.id)",
             &[&me],
         )?
         .iter()
@@ -160,6 +162,36 @@ pub(crate) fn share_live_counts(
             )
         })
         .collect())
+}
+
+/// Deletes up to `batch` trees let go of once finished whose deletion time
+/// is `now_ms` or earlier (their rows, and the commands waiting on them),
+/// in one transaction; returns how many. Any instance may: such a tree is
+/// finished and no runtime holds it. It reads as absent from its deletion
+/// time on, swept or not.
+pub(crate) fn sweep_released(client: &mut Client, now_ms: i64, batch: i64) -> Result<usize, postgres::Error> {
+    let mut tx = client.transaction()?;
+    let roots: Vec<uuid::Uuid> = tx
+        .query(
+            "SELECT root FROM subtask_released WHERE delete_at <= $1 ORDER BY delete_at LIMIT $2
+             FOR UPDATE SKIP LOCKED",
+            &[&now_ms, &batch],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if roots.is_empty() {
+        return Ok(0);
+    }
+    tx.execute("DELETE FROM subtask_tasks WHERE root = ANY($1)", &[&roots])?;
+    tx.execute("DELETE FROM subtask_journal WHERE root = ANY($1)", &[&roots])?;
+    tx.execute(
+        "DELETE FROM subtask_inbox WHERE root = ANY($1) AND answer IS NULL",
+        &[&roots],
+    )?;
+    tx.execute("DELETE FROM subtask_released WHERE root = ANY($1)", &[&roots])?;
+    tx.commit()?;
+    Ok(roots.len())
 }
 
 /// Deletes what nobody needs any more: answers nobody collected (the

@@ -21,6 +21,8 @@ struct Folded {
     receipts: Vec<(i64, String)>,
     /// Journal rows to append: (root, task, n, entry).
     journal: Vec<(uuid::Uuid, uuid::Uuid, i32, String)>,
+    /// Trees let go of from memory, with their deletion times (ms).
+    released: Vec<(uuid::Uuid, i64)>,
     /// Every tree the group wrote, once (for a cluster's change
     /// notifications).
     roots: Vec<uuid::Uuid>,
@@ -82,9 +84,10 @@ fn fold(group: &[(u64, WriteBatch)], keys: Option<&Keyring>) -> Folded {
                     };
                     out.receipts.push((*seq, answer));
                 }
-                // The runtime lets go of finished trees only on a store
-                // that answers for them (`TaskStore::finished`): not this one.
-                WriteOp::Release { .. } => {}
+                WriteOp::Release { root, delete_at } => {
+                    let at = delete_at.map_or(i64::MAX, |t| i64::try_from(t).unwrap_or(i64::MAX));
+                    out.released.push((uuid(*root), at));
+                }
                 WriteOp::AppendJournal(row) => {
                     let entry = match keys {
                         None => row.entry.clone(),
@@ -103,6 +106,8 @@ fn fold(group: &[(u64, WriteBatch)], keys: Option<&Keyring>) -> Folded {
     out.tasks.retain(|(t, _)| !gone.contains_key(&t.root));
     out.journal
         .retain(|(root, ..)| !gone.contains_key(&task_id(*root)));
+    out.released
+        .retain(|(root, _)| !gone.contains_key(&task_id(*root)));
     out
 }
 
@@ -296,6 +301,19 @@ pub(super) fn commit(
                 &id, &root, &parent, &position, &version, &state, &owner, &resumable, &launch, &holder,
             ],
         )?;
+    }
+    if !f.released.is_empty() {
+        let (ids, at): (Vec<uuid::Uuid>, Vec<i64>) = f.released.iter().copied().unzip();
+        let st = statements.get(
+            &mut tx,
+            // Idempotent, for a group committed again.
+            "INSERT INTO subtask_released (root, delete_at) SELECT * FROM unnest($1::uuid[], $2::bigint[])
+             ON CONFLICT (root) DO UPDATE SET delete_at = EXCLUDED.delete_at",
+        )?;
+        tx.execute(&st, &[&ids, &at])?;
+        // A finished tree never runs again: its journal is of no further use.
+        let st = statements.get(&mut tx, "DELETE FROM subtask_journal WHERE root = ANY($1)")?;
+        tx.execute(&st, &[&ids])?;
     }
     let notify = "SELECT pg_notify($1, $2)";
     if !f.receipts.is_empty() {

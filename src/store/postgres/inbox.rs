@@ -12,6 +12,7 @@ use super::commit::json_string;
 use super::session::Conn;
 use super::{open_logged, task_id, uuid};
 use crate::model::TaskId;
+use crate::store::now_ms;
 use crate::store::seal::{Column, Place};
 
 /// A command stored in the inbox.
@@ -23,20 +24,35 @@ pub(crate) struct Posted {
     pub(crate) root: TaskId,
 }
 
+/// What [`insert_command`] did.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Inserted {
+    /// Stored for the holder.
+    Posted(Posted),
+    /// Nothing stored: no such task is stored, its tree is not the
+    /// principal's (a foreign id is answered as an unknown one), or it was
+    /// let go of and is past its deletion time.
+    NotFound,
+    /// Nothing stored: the task's tree is finished and its holder let it go
+    /// from memory; nobody holds it to apply a command, which is answered
+    /// on the tree rebuilt from its rows.
+    Released(TaskId),
+}
+
 /// Stores `command` (JSON) on task `id` for its tree's holder, sent by
 /// `principal` from instance `from`, and notifies `subtask_inbox` with the
-/// holder's id, in one transaction. `None`, with nothing stored, when no
-/// such task is stored or its tree is not `principal`'s (a foreign id is
-/// answered as an unknown one).
+/// holder's id, in one transaction.
 pub(crate) fn insert_command(
     conn: &mut Conn,
     id: TaskId,
     principal: &str,
     command: &str,
     from: uuid::Uuid,
-) -> Result<Option<Posted>, postgres::Error> {
+) -> Result<Inserted, postgres::Error> {
     let lookup = conn.statement(
-        "SELECT t.root, r.owner, r.holder FROM subtask_tasks t JOIN subtask_tasks r ON r.id = t.root
+        "SELECT t.root, r.owner, r.holder, x.delete_at
+         FROM subtask_tasks t JOIN subtask_tasks r ON r.id = t.root
+         LEFT JOIN subtask_released x ON x.root = t.root
          WHERE t.id = $1",
     )?;
     let insert = conn.statement(
@@ -51,13 +67,19 @@ pub(crate) fn insert_command(
     let command = sealed.as_deref().unwrap_or(command);
     let mut tx = conn.transaction()?;
     let Some(row) = tx.query_opt(&lookup, &[&uuid(id)])? else {
-        return Ok(None);
+        return Ok(Inserted::NotFound);
     };
     let root: uuid::Uuid = row.get(0);
     let owner: Option<String> = row.get(1);
     let holder: Option<uuid::Uuid> = row.get(2);
+    let released: Option<i64> = row.get(3);
     if owner.as_deref() != Some(principal) {
-        return Ok(None);
+        return Ok(Inserted::NotFound);
+    }
+    match released {
+        Some(at) if at <= now_ms() => return Ok(Inserted::NotFound),
+        Some(_) => return Ok(Inserted::Released(task_id(root))),
+        None => {}
     }
     let seq: i64 = tx
         .query_one(&insert, &[&root, &uuid(id), &principal, &command, &from])?
@@ -65,7 +87,7 @@ pub(crate) fn insert_command(
     let holder = holder.map(|h| h.to_string()).unwrap_or_default();
     tx.execute(&notify, &[&holder])?;
     tx.commit()?;
-    Ok(Some(Posted {
+    Ok(Inserted::Posted(Posted {
         seq,
         root: task_id(root),
     }))
@@ -133,6 +155,9 @@ pub(crate) struct Unanswered {
     pub(crate) seq: i64,
     /// The task it is for.
     pub(crate) task: TaskId,
+    /// The task's root, when this instance let the finished tree go from
+    /// memory after the command was stored.
+    pub(crate) released: Option<TaskId>,
     /// The principal that sent it.
     pub(crate) principal: String,
     /// The command (JSON).
@@ -149,8 +174,9 @@ pub(crate) fn unanswered(
     let keys = conn.keys.clone();
     Ok(conn
         .query(
-            "SELECT i.seq, i.task, i.principal, i.command::text
+            "SELECT i.seq, i.task, i.principal, i.command::text, r.id, x.root IS NOT NULL
              FROM subtask_inbox i JOIN subtask_tasks r ON r.id = i.root
+             LEFT JOIN subtask_released x ON x.root = r.id
              WHERE i.answer IS NULL AND r.holder = $1
              ORDER BY i.seq LIMIT $2",
             &[&holder, &(limit as i64)],
@@ -159,12 +185,37 @@ pub(crate) fn unanswered(
         .map(|r| {
             let task = task_id(r.get(1));
             let place = Place::new(Column::Command, task.as_u128());
+            let released: bool = r.get(5);
             Unanswered {
                 seq: r.get(0),
                 task,
+                released: released.then(|| task_id(r.get(4))),
                 principal: r.get(2),
                 command: open_logged(keys.as_deref(), place, r.get(3), true),
             }
         })
         .collect())
+}
+
+/// Stores `answer` (JSON) to command `seq` on a task of tree `root`, unless
+/// it has one, and notifies its requester: for a tree no runtime holds (let
+/// go of once finished), whose answer rides on no batch of the tree.
+pub(crate) fn answer_released(
+    conn: &mut Conn,
+    seq: i64,
+    root: TaskId,
+    answer: &str,
+) -> Result<(), postgres::Error> {
+    let sealed = conn
+        .keys
+        .as_deref()
+        .map(|k| json_string(&k.seal(Place::nth(Column::Answer, root.as_u128(), seq), answer)));
+    let answer = sealed.as_deref().unwrap_or(answer);
+    let mut tx = conn.transaction()?;
+    tx.execute(
+        "UPDATE subtask_inbox SET answer = $2::text::jsonb WHERE seq = $1 AND answer IS NULL",
+        &[&seq, &answer],
+    )?;
+    tx.execute("SELECT pg_notify('subtask_answer', $1)", &[&seq.to_string()])?;
+    tx.commit()
 }

@@ -417,6 +417,13 @@ impl Drop for PostgresStore {
 }
 
 impl TaskStore for PostgresStore {
+    /// A cluster member's store: its cluster answers for the trees its
+    /// runtime let go of from the rows, as for the trees other instances
+    /// hold. A store outside a cluster keeps finished trees in memory.
+    fn lets_finished_go(&self) -> bool {
+        self.registration.is_some()
+    }
+
     fn submit(&self, batch: WriteBatch) -> Ticket {
         self.shared.submit(batch)
     }
@@ -444,18 +451,24 @@ impl TaskStore for PostgresStore {
     fn load(&self) -> Result<Vec<StoredTree>, StoreError> {
         let holder = self.registration.as_ref().map(|r| r.instance);
         let keys = self.keys.clone();
-        self.shared.read(move |client| match holder {
-            None => read_trees_with(client, None, keys.as_deref()),
-            // A cluster member loads the trees it holds.
-            Some(me) => {
-                let roots: Vec<uuid::Uuid> = client
-                    .query("SELECT id FROM subtask_tasks WHERE holder = $1", &[&me])
-                    .map_err(io)?
-                    .iter()
-                    .map(|r| r.get(0))
-                    .collect();
-                read_trees_with(client, Some(&roots), keys.as_deref())
+        // Trees let go of once finished stay in the rows, not in memory.
+        self.shared.read(move |client| {
+            let roots: Vec<uuid::Uuid> = match holder {
+                None => client.query(
+                    "SELECT id FROM subtask_tasks WHERE parent IS NULL AND NOT EXISTS (SELECT 1 FROM subtask_released x WHERE x.root = subtask_tasks.id)",
+                    &[],
+                ),
+                // A cluster member loads the trees it holds.
+                Some(me) => client.query(
+                    "SELECT id FROM subtask_tasks WHERE holder = $1 AND NOT EXISTS (SELECT 1 FROM subtask_released x WHERE x.root = subtask_tasks.id)",
+                    &[&me],
+                ),
             }
+            .map_err(io)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+            read_trees_with(client, Some(&roots), keys.as_deref())
         })
     }
 

@@ -11,8 +11,8 @@ use crate::model::TaskId;
 use crate::store::Keyring;
 #[cfg(feature = "ui")]
 use crate::store::ListedRoot;
-use crate::store::ReadTask;
 use crate::store::seal::{Column, Place};
+use crate::store::{ReadTask, now_ms};
 
 /// Task `id` from a row holding, from column `at` on, its root, parent,
 /// position, state, its tree's owner and its children's ids (the queries
@@ -39,16 +39,19 @@ fn of_row(row: &postgres::Row, id: TaskId, at: usize, keys: Option<&Keyring>) ->
 }
 
 /// Task `id` as stored (two index lookups: the task's row with its root's,
-/// and its children's ids), or `None` when no such task is stored.
+/// and its children's ids), or `None` when no such task is stored (or its
+/// tree was let go of and is past its deletion time: deleted, swept or
+/// not).
 pub(crate) fn read_task(conn: &mut Conn, id: TaskId) -> Result<Option<ReadTask>, postgres::Error> {
     // Prepared: the non-owner read is the hot path of a cluster's reads.
     let st = conn.statement(
         "SELECT t.root, t.parent, t.position, t.state, r.owner,
                 ARRAY(SELECT k.id FROM subtask_tasks k WHERE k.parent = t.id ORDER BY k.position)
          FROM subtask_tasks t JOIN subtask_tasks r ON r.id = t.root
-         WHERE t.id = $1",
+         WHERE t.id = $1
+           AND NOT EXISTS (SELECT 1 FROM subtask_released x WHERE x.root = r.id AND x.delete_at <= $2)",
     )?;
-    let row = conn.query_opt(&st, &[&uuid(id)])?;
+    let row = conn.query_opt(&st, &[&uuid(id), &now_ms()])?;
     let keys = conn.keys.clone();
     Ok(row.map(|row| of_row(&row, id, 0, keys.as_deref())))
 }
@@ -72,8 +75,9 @@ pub(crate) fn list_tasks(
                 ARRAY(SELECT k.id FROM subtask_tasks k WHERE k.parent = t.id ORDER BY k.position)
          FROM subtask_tasks r JOIN subtask_tasks t ON t.root = r.id
          WHERE r.parent IS NULL AND r.owner = $1 AND (r.seq, t.seq) > ($2, $3)
+           AND NOT EXISTS (SELECT 1 FROM subtask_released x WHERE x.root = r.id AND x.delete_at <= $5)
          ORDER BY r.seq, t.seq LIMIT $4",
-        &[&principal, &after.0, &after.1, &(limit as i64)],
+        &[&principal, &after.0, &after.1, &(limit as i64), &now_ms()],
     )?;
     Ok(rows
         .iter()
@@ -108,9 +112,10 @@ pub(crate) fn list_roots(
         "SELECT seq, id, root, parent, position, state, owner, '{}'::uuid[], launch
          FROM subtask_tasks
          WHERE parent IS NULL AND owner = $1 AND seq < $2
+           AND NOT EXISTS (SELECT 1 FROM subtask_released x WHERE x.root = subtask_tasks.id AND x.delete_at <= $4)
          ORDER BY seq DESC LIMIT $3",
     )?;
-    let rows = conn.query(&st, &[&principal, &before, &(limit as i64)])?;
+    let rows = conn.query(&st, &[&principal, &before, &(limit as i64), &now_ms()])?;
     Ok(rows
         .iter()
         .map(|row| {
@@ -136,7 +141,6 @@ pub(crate) fn list_roots(
 /// order (their `children` are not read: the caller has every row of each
 /// tree), with each root's opened launch (primary-key lookups of `ids`,
 /// then one range of the `root` index per tree).
-#[cfg(feature = "ui")]
 pub(crate) fn read_trees(
     conn: &mut Conn,
     ids: &[TaskId],
@@ -146,10 +150,13 @@ pub(crate) fn read_trees(
     let st = conn.statement(
         "SELECT id, root, parent, position, state, owner, '{}'::uuid[], launch
          FROM subtask_tasks
-         WHERE root IN (SELECT root FROM subtask_tasks WHERE id = ANY($1))
+         WHERE root IN (
+             SELECT t.root FROM subtask_tasks t JOIN subtask_tasks r ON r.id = t.root
+             WHERE t.id = ANY($1)
+               AND NOT EXISTS (SELECT 1 FROM subtask_released x WHERE x.root = r.id AND x.delete_at <= $2))
          ORDER BY seq",
     )?;
-    let rows = conn.query(&st, &[&ids])?;
+    let rows = conn.query(&st, &[&ids, &now_ms()])?;
     Ok(rows
         .iter()
         .map(|row| {

@@ -95,6 +95,19 @@ const MIGRATIONS: &[&str] = &[
         check_value TEXT NOT NULL
     );
 ",
+    "
+    -- The finished trees their holders let go of from memory
+    -- (WriteOp::Release), by root, with when each is deleted (ms since the
+    -- Unix epoch; the largest BIGINT for never): read from their rows until
+    -- then, swept after (docs/scale-out.md, Finished trees). A table of its
+    -- own: a mark on the root's row rewrote that wide row and every index
+    -- of the tasks table, and cost a quarter of call-complete throughput.
+    CREATE TABLE subtask_released (
+        root      UUID PRIMARY KEY,
+        delete_at BIGINT NOT NULL
+    );
+    CREATE INDEX subtask_released_at ON subtask_released (delete_at);
+",
 ];
 
 /// The schema version this build writes.

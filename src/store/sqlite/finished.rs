@@ -35,12 +35,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// Released trees deleted per transaction of a sweep.
 pub(super) const SWEEP_BATCH: usize = 64;
 
-/// Now, in ms since the Unix epoch (the unit of `released`).
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+use crate::store::now_ms;
 
 /// One row as [`COLUMNS`] gives it, its state and launch opened.
 struct Row {
