@@ -2,17 +2,18 @@
 //! ([`TaskRecord::detailed`](crate::core::TaskRecord::detailed),
 //! [`TaskRow::of`]): for the trees another cluster instance holds (read
 //! from PostgreSQL, `cluster/remote.rs`) and for the finished trees the
-//! runtime let go of (read from the SQLite file, `access/finished.rs`).
+//! runtime let go of (read from the SQLite file, `access/finished.rs`, or
+//! from PostgreSQL, `cluster/inbox.rs`), whose commands are answered on the
+//! tree rebuilt from its rows ([`command_on_rows`]).
 
 #[cfg(feature = "ui")]
 use std::sync::Arc;
 
-use crate::core::{TaskRecord, decode_state};
-#[cfg(feature = "ui")]
-use crate::model::TaskId;
-use crate::model::{ClientView, DetailedTask};
+use crate::core::{ForestConfig, TaskRecord, decode_state};
+use crate::model::{ClientView, DetailedTask, TaskId, Timestamp};
 #[cfg(feature = "ui")]
 use crate::runtime::view::{TaskRow, TreeSummary};
+use crate::runtime::{Applied, Command, RuntimeError, command_on_stored};
 #[cfg(feature = "ui")]
 use crate::store::ListedRoot;
 use crate::store::{ReadTask, StoreError};
@@ -21,6 +22,42 @@ use crate::store::{ReadTask, StoreError};
 /// the web view's rows, in pre-order.
 #[cfg(feature = "ui")]
 pub(crate) type TreeRead = (TaskId, Option<Arc<str>>, Vec<TaskRow>);
+
+/// `command` on task `id` of a finished tree that no runtime holds, by the
+/// lifecycle code on the tree rebuilt from `rows` (every row of the tree,
+/// as `read_trees` gives them): the answer its holder would have given.
+/// `None` when the tree is not `principal`'s or holds no task `id` (gone
+/// meanwhile), which is "task not found".
+pub(crate) fn command_on_rows(
+    forest: &std::sync::Arc<ForestConfig>,
+    rows: &[(ReadTask, Option<String>)],
+    principal: &str,
+    id: TaskId,
+    command: Command,
+) -> Result<Option<Result<Applied, RuntimeError>>, StoreError> {
+    let Some(root) = rows
+        .iter()
+        .find(|(t, _)| t.parent.is_none() && t.owner.as_deref() == Some(principal))
+        .map(|(t, _)| t.id)
+    else {
+        return Ok(None);
+    };
+    if !rows.iter().any(|(t, _)| t.id == id) {
+        return Ok(None);
+    }
+    let records = rows
+        .iter()
+        .map(|(t, _)| record(t))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(command_on_stored(
+        forest,
+        root,
+        records,
+        id,
+        command,
+        Timestamp::now(),
+    )))
+}
 
 /// A stored task's record, as the runtime decodes it.
 pub(crate) fn record(row: &ReadTask) -> Result<TaskRecord, StoreError> {

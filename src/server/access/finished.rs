@@ -17,15 +17,15 @@ use serde_json::Value;
 use super::TreeOfRows;
 use super::{Answer, Elsewhere, Page};
 use crate::core::ForestConfig;
-use crate::model::{AckResult, ClientView, DetailedTask, ErrorCode, ErrorObject, TaskId, Timestamp};
+use crate::model::{AckResult, ClientView, DetailedTask, ErrorCode, ErrorObject, TaskId};
+use crate::runtime::Applied;
 #[cfg(feature = "ui")]
 use crate::runtime::view::TreeSummary;
-use crate::runtime::{Applied, command_on_stored};
 use crate::server::reply::{invalid, runtime_error, store_error, task_result};
 use crate::server::request::TaskCommand;
-use crate::server::stored::{detailed, record};
+use crate::server::stored::{command_on_rows, detailed};
 #[cfg(feature = "ui")]
-use crate::server::stored::{summary, trees_of};
+use crate::server::stored::{record, summary, trees_of};
 use crate::store::{FinishedTrees, StoreError, TaskStore};
 
 /// The finished trees a single instance's runtime let go of, in its store.
@@ -115,26 +115,13 @@ impl Elsewhere for Finished {
     ) -> BoxFuture<'a, Result<Value, ErrorObject>> {
         Box::pin(async move {
             let rows = self.read(move |r| r.read_trees(&[id])).await?;
-            let Some(root) = rows
-                .iter()
-                .find(|(t, _)| t.parent.is_none() && t.owner.as_deref() == Some(principal))
-                .map(|(t, _)| t.id)
-            else {
-                return Err(ErrorObject::task_not_found());
+            let outcome = command_on_rows(&self.forest, &rows, principal, id, command.command.clone())
+                .map_err(store_error)?
+                .ok_or_else(ErrorObject::task_not_found)?;
+            let answer = match outcome.map_err(runtime_error)? {
+                Applied::Ack => Answer::Ack(AckResult::new()),
+                Applied::Task(snap) => Answer::Task(Box::new(task_result(*snap))),
             };
-            let records = rows
-                .iter()
-                .map(|(t, _)| record(t))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(store_error)?;
-            let now = Timestamp::now();
-            let answer =
-                match command_on_stored(&self.forest, root, records, id, command.command.clone(), now)
-                    .map_err(runtime_error)?
-                {
-                    Applied::Ack => Answer::Ack(AckResult::new()),
-                    Applied::Task(snap) => Answer::Task(Box::new(task_result(*snap))),
-                };
             serde_json::to_value(answer)
                 .map_err(|e| ErrorObject::new(ErrorCode::INTERNAL_ERROR, e.to_string()))
         })

@@ -14,14 +14,12 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::Node;
-use crate::model::Timestamp;
 use crate::model::{ErrorCode, ErrorObject, TaskId};
-use crate::runtime::command_on_stored;
 use crate::runtime::{Applied, RuntimeError};
 use crate::server::Server;
 use crate::server::reply::store_error;
 use crate::server::request::InboxCommand;
-use crate::server::stored::record;
+use crate::server::stored::command_on_rows;
 use crate::store::postgres::inbox::{self, Inserted, Taken};
 use crate::store::postgres::remote;
 use crate::store::{StoreError, WriteOp};
@@ -48,18 +46,18 @@ impl Node {
         principal: &str,
         command: InboxCommand,
     ) -> Result<Value, ErrorObject> {
-        let principal = principal.to_owned();
+        let sender = principal.to_owned();
         let me = self.instance;
         let text = serde_json::to_string(&command).expect("commands serialize");
         let inserted = self
-            .blocking(move |c| inbox::insert_command(c, id, &principal, &text, me))
+            .blocking(move |c| inbox::insert_command(c, id, &sender, &text, me))
             .await
             .map_err(unavailable)?;
         let posted = match inserted {
             Inserted::Posted(posted) => posted,
             Inserted::NotFound => return Err(ErrorObject::task_not_found()),
             Inserted::Released(root) => {
-                return match self.command_on_released(root, id, command).await? {
+                return match self.command_on_released(root, id, principal, command).await? {
                     InboxAnswer::Result(v) => Ok(v),
                     InboxAnswer::Error(e) => Err(e),
                 };
@@ -76,15 +74,18 @@ impl Node {
         }
     }
 
-    /// The answer to `command` on task `id` of the finished tree `root`,
-    /// which its holder let go of from memory: the lifecycle code's answer
-    /// on the tree rebuilt from its rows (`task is already completed`, or
-    /// an acknowledged cancel of a terminal task), as the holder would
-    /// have given it. The tree is finished, so nothing is written.
+    /// The answer to `principal`'s `command` on task `id` of the finished
+    /// tree `root`, which its holder let go of from memory: the lifecycle
+    /// code's answer on the tree rebuilt from its rows (`task is already
+    /// completed`, or an acknowledged cancel of a terminal task), as the
+    /// holder would have given it; "task not found" for another
+    /// principal's tree or one gone meanwhile. The tree is finished, so
+    /// nothing is written.
     async fn command_on_released(
         self: &Arc<Self>,
         root: TaskId,
         id: TaskId,
+        principal: &str,
         command: InboxCommand,
     ) -> Result<InboxAnswer, ErrorObject> {
         let command = match command.into_command() {
@@ -95,17 +96,12 @@ impl Node {
             .blocking(move |c| remote::read_trees(c, &[root]))
             .await
             .map_err(unavailable)?;
-        // Swept (or past its deletion time) meanwhile.
-        if !rows.iter().any(|(t, _)| t.id == id) {
-            return Ok(InboxAnswer::Error(ErrorObject::task_not_found()));
-        }
-        let records = rows
-            .iter()
-            .map(|(t, _)| record(t))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(store_error)?;
-        let outcome = command_on_stored(&self.forest, root, records, id, command, Timestamp::now());
-        Ok(answer_of(&outcome))
+        Ok(
+            match command_on_rows(&self.forest, &rows, principal, id, command).map_err(store_error)? {
+                Some(outcome) => answer_of(&outcome),
+                None => InboxAnswer::Error(ErrorObject::task_not_found()),
+            },
+        )
     }
 
     /// Waits for the answer to command `seq` on tree `root` (woken by its
@@ -198,27 +194,17 @@ pub(super) async fn drain_inbox(node: &Arc<Node>, server: &Server) -> Result<(),
 /// the answer for its requester.
 async fn answer_released(node: &Arc<Node>, row: inbox::Unanswered) -> Result<(), StoreError> {
     let Some(root) = row.released else { return Ok(()) };
-    let principal_ok = {
-        let task = row.task;
-        node.blocking(move |c| remote::read_task(c, task))
-            .await?
-            .is_some_and(|t| t.owner.as_deref() == Some(row.principal.as_str()))
-    };
-    let answer = if !principal_ok {
-        InboxAnswer::Error(ErrorObject::task_not_found())
-    } else {
-        match serde_json::from_str::<InboxCommand>(&row.command) {
-            // A read that failed is tried again at the next drain, not
-            // stored as the answer.
-            Ok(command) => node
-                .command_on_released(root, row.task, command)
-                .await
-                .map_err(|e| StoreError::Io(e.message))?,
-            Err(e) => InboxAnswer::Error(ErrorObject::new(
-                ErrorCode::INTERNAL_ERROR,
-                format!("an unreadable command in the inbox: {e}"),
-            )),
-        }
+    let answer = match serde_json::from_str::<InboxCommand>(&row.command) {
+        // A read that failed is tried again at the next drain, not stored
+        // as the answer.
+        Ok(command) => node
+            .command_on_released(root, row.task, &row.principal, command)
+            .await
+            .map_err(|e| StoreError::Io(e.message))?,
+        Err(e) => InboxAnswer::Error(ErrorObject::new(
+            ErrorCode::INTERNAL_ERROR,
+            format!("an unreadable command in the inbox: {e}"),
+        )),
     };
     let text = serde_json::to_string(&answer).expect("answers serialize");
     let seq = row.seq;

@@ -112,12 +112,8 @@ async fn take_over(node: &Arc<Node>, server: &Server, unsure: &mut bool) -> Resu
             .filter(|r| rt.root_of_task(TaskId::from_u128(r.as_u128())).is_none())
             .collect();
         if !unloaded.is_empty() {
-            let trees = node
-                .blocking(move |c| Ok(read_trees(c, Some(unloaded.as_slice()))))
-                .await??;
-            let report = server.adopt(trees).await?;
+            let report = load(node, server, unloaded).await?;
             tracing::warn!(%report, "loaded trees an interrupted takeover had claimed");
-            node.inbox.notify_one();
         }
         *unsure = false;
     }
@@ -138,12 +134,23 @@ async fn take_over(node: &Arc<Node>, server: &Server, unsure: &mut bool) -> Resu
             *unsure = false;
             return Ok(());
         }
-        let trees = node
-            .blocking(move |c| Ok(read_trees(c, Some(claimed.as_slice()))))
-            .await??;
-        let report = server.adopt(trees).await?;
+        let report = load(node, server, claimed).await?;
         *unsure = false;
         tracing::info!(%report, "took over trees of a dead instance");
-        node.inbox.notify_one();
     }
+}
+
+/// Reads the trees `roots` this instance now holds and brings them back as
+/// a restart does, then applies the commands waiting for them.
+async fn load(
+    node: &Arc<Node>,
+    server: &Server,
+    roots: Vec<uuid::Uuid>,
+) -> Result<crate::runtime::RecoveryReport, StoreError> {
+    let trees = node
+        .blocking(move |c| Ok(read_trees(c, Some(roots.as_slice()))))
+        .await??;
+    let report = server.adopt(trees).await?;
+    node.inbox.notify_one();
+    Ok(report)
 }
