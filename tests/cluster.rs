@@ -443,35 +443,13 @@ fn tail(text: &str, n: usize) -> &str {
     &text[at..]
 }
 
-/// `subtask_tasks_retained` summed over tools: finished tasks in `addr`'s
-/// memory.
-async fn retained(addr: std::net::SocketAddr, token: &str) -> i64 {
-    let r = support::http::fetch(
-        addr,
-        "GET",
-        "/metrics",
-        &[("authorization", format!("Bearer {token}"))],
-        b"",
-    )
-    .await
-    .unwrap();
-    assert_eq!(r.status, 200, "{}", r.body);
-    r.body
-        .lines()
-        .filter(|l| l.starts_with("subtask_tasks_retained{"))
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as i64)
-        .sum()
-}
-
-/// A blocking query on the test's database.
-async fn sql(url: &str, query: &'static str, root: &str) -> Vec<postgres::Row> {
-    let (url, root) = (url.to_owned(), uuid::Uuid::parse_str(root).unwrap());
-    tokio::task::spawn_blocking(move || {
-        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        c.query(query, &[&root]).unwrap()
-    })
-    .await
-    .unwrap()
+/// `f` on a connection of its own to the test's database, off the async
+/// threads.
+async fn db<T: Send + 'static>(url: &str, f: impl FnOnce(&mut postgres::Client) -> T + Send + 'static) -> T {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || f(&mut postgres::Client::connect(&url, postgres::NoTls).unwrap()))
+        .await
+        .unwrap()
 }
 
 /// Finished trees leave their holder's memory (`--keep-finished`) on a
@@ -513,24 +491,25 @@ async fn finished_trees_leave_memory_and_every_instance_answers_for_them() {
         .await;
     let cancelled = ann_a.call("tasks/cancel", json!({"taskId": children[0]})).await;
     assert_eq!(
-        retained(a.addr(), "ann-token").await,
+        support::http::retained(a.addr(), Some("ann-token")).await,
         3,
         "the answers above came from A's memory"
     );
 
     // Let go: out of A's memory, marked in its root's row.
     let deadline = Instant::now() + GUARD;
-    while retained(a.addr(), "ann-token").await > 0 {
+    while support::http::retained(a.addr(), Some("ann-token")).await > 0 {
         assert!(Instant::now() < deadline, "A never let the finished tree go");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let rows = sql(
-        &c.url,
-        "SELECT delete_at FROM subtask_released WHERE root = $1",
-        &root,
-    )
+    let task = uuid::Uuid::parse_str(&root).unwrap();
+    let marked = db(&c.url, move |c| {
+        c.query("SELECT delete_at FROM subtask_released WHERE root = $1", &[&task])
+            .unwrap()
+            .len()
+    })
     .await;
-    assert_eq!(rows.len(), 1, "the tree is marked released");
+    assert_eq!(marked, 1, "the tree is marked released");
 
     // The same answers from the database, on the holder and on B.
     let check = |client: Client, what: &'static str| {
@@ -568,7 +547,7 @@ async fn finished_trees_leave_memory_and_every_instance_answers_for_them() {
     a.kill();
     let a = c.start("a-again", &a_args).await;
     let ann_a = Client::new(a.addr(), full_caps()).with_token("ann-token");
-    assert_eq!(retained(a.addr(), "ann-token").await, 0);
+    assert_eq!(support::http::retained(a.addr(), Some("ann-token")).await, 0);
     assert!(
         !read(&c.log("a-again")).contains("recovered stored tasks"),
         "the restart loaded a finished tree"
@@ -577,13 +556,8 @@ async fn finished_trees_leave_memory_and_every_instance_answers_for_them() {
 
     // A command stored for A before it let the tree go (written here as B
     // writes one): A answers it from the rows, as B would have.
-    let url = c.url.clone();
-    let (holder, task) = (
-        uuid::Uuid::parse_str(&id).unwrap(),
-        uuid::Uuid::parse_str(&root).unwrap(),
-    );
-    let seq: i64 = tokio::task::spawn_blocking(move || {
-        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let holder = uuid::Uuid::parse_str(&id).unwrap();
+    let seq: i64 = db(&c.url, move |c| {
         let command =
             json!({"method": "tasks/steer", "params": {"taskId": task.to_string(), "message": "late"},
                              "show_paused": true})
@@ -600,19 +574,15 @@ async fn finished_trees_leave_memory_and_every_instance_answers_for_them() {
             .unwrap();
         seq
     })
-    .await
-    .unwrap();
+    .await;
     let deadline = Instant::now() + GUARD;
     let answer = loop {
-        let url = c.url.clone();
-        let answer: Option<String> = tokio::task::spawn_blocking(move || {
-            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let answer: Option<String> = db(&c.url, move |c| {
             c.query_one("SELECT answer::text FROM subtask_inbox WHERE seq = $1", &[&seq])
                 .unwrap()
                 .get(0)
         })
-        .await
-        .unwrap();
+        .await;
         if let Some(a) = answer {
             break serde_json::from_str::<Value>(&a).unwrap();
         }
@@ -626,11 +596,13 @@ async fn finished_trees_leave_memory_and_every_instance_answers_for_them() {
 
     // Its deletion time, brought forward as time passing would: absent at
     // once everywhere, then swept.
-    sql(
-        &c.url,
-        "UPDATE subtask_released SET delete_at = 0 WHERE root = $1",
-        &root,
-    )
+    db(&c.url, move |c| {
+        c.execute(
+            "UPDATE subtask_released SET delete_at = 0 WHERE root = $1",
+            &[&task],
+        )
+        .unwrap()
+    })
     .await;
     for client in [&ann_a, &ann_b] {
         let (_, e) = client.error("tasks/get", json!({"taskId": root})).await;
@@ -642,13 +614,13 @@ async fn finished_trees_leave_memory_and_every_instance_answers_for_them() {
     }
     let deadline = Instant::now() + GUARD;
     loop {
-        let left = sql(
-            &c.url,
-            "SELECT count(*) FROM subtask_tasks WHERE root = $1",
-            &root,
-        )
+        let left: i64 = db(&c.url, move |c| {
+            c.query_one("SELECT count(*) FROM subtask_tasks WHERE root = $1", &[&task])
+                .unwrap()
+                .get(0)
+        })
         .await;
-        if left[0].get::<_, i64>(0) == 0 {
+        if left == 0 {
             break;
         }
         assert!(

@@ -279,7 +279,7 @@ async fn the_binary_started_again_loads_no_finished_tree_and_answers_for_them() 
     let leaf_shown = alice.get(&leaf).await;
     // The default grace (2 s), then the tree is only in the file.
     let t0 = std::time::Instant::now();
-    while retained(first.addr()).await != 0 {
+    while support::http::retained(first.addr(), Some(ALICE)).await != 0 {
         assert!(
             t0.elapsed() < Duration::from_secs(60),
             "the finished tree stayed in memory"
@@ -293,7 +293,7 @@ async fn the_binary_started_again_loads_no_finished_tree_and_answers_for_them() 
         .await
         .unwrap();
     assert_eq!(
-        retained(second.addr()).await,
+        support::http::retained(second.addr(), Some(ALICE)).await,
         0,
         "a finished tree was loaded at start"
     );
@@ -305,20 +305,4 @@ async fn the_binary_started_again_loads_no_finished_tree_and_answers_for_them() 
     assert_eq!(e["code"], -32602, "{e}");
     let log_text = std::fs::read_to_string(&log).unwrap();
     assert!(!log_text.contains("ERROR"), "{log_text}");
-}
-
-/// `subtask_tasks_retained` summed over tools: finished tasks in memory.
-async fn retained(addr: SocketAddr) -> i64 {
-    let text = reqwest_client()
-        .get(format!("http://{addr}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| l.starts_with("subtask_tasks_retained{"))
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as i64)
-        .sum()
 }

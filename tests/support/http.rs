@@ -312,6 +312,23 @@ pub async fn fetch(
     Ok(HttpResponse::new(&answer.head, &answer.body))
 }
 
+/// `subtask_tasks_retained` from `addr`'s `/metrics` (with `token`, when
+/// the server takes tokens), summed over tools: the finished tasks it holds
+/// in memory.
+pub async fn retained(addr: SocketAddr, token: Option<&str>) -> i64 {
+    let auth: Vec<(&str, String)> = token
+        .map(|t| ("authorization", format!("Bearer {t}")))
+        .into_iter()
+        .collect();
+    let r = fetch(addr, "GET", "/metrics", &auth, b"").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body
+        .lines()
+        .filter(|l| l.starts_with("subtask_tasks_retained{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as i64)
+        .sum()
+}
+
 /// `method path` to `addr` on a fresh connection; the answer's head, and
 /// its body as SSE events as they arrive.
 ///
