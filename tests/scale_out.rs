@@ -314,11 +314,17 @@ async fn settle(
 }
 
 /// When a survivor took the trees of `dead` over after `at` (by its log:
-/// the lease of `dead` expired, then "took over trees").
+/// the lease of `dead` expired, then "took over trees"), or a process
+/// started again with `dead`'s id brought them back (its "recovered stored
+/// tasks": a restart with the same id takes its trees back at once, with
+/// no takeover line anywhere).
 fn adopted_at(survivors: &[Arc<Proc>], dead: &Proc, at: i64) -> Option<i64> {
     let expired = format!("instance={}", dead.instance_id);
     survivors.iter().find_map(|q| {
         let log = q.server.log();
+        if q.instance_id == dead.instance_id {
+            return first_line(log, &["recovered stored tasks"], at);
+        }
         let e = first_line(log, &["lease expired", &expired], at)?;
         first_line(log, &["took over trees"], e - 1)
     })
