@@ -4,8 +4,30 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# One full run builds each target once, so incremental compilation only adds
+# its caches: 3.2 GB of target/debug/incremental on a fresh clone, which once
+# ran a CI machine out of disk. Set CARGO_INCREMENTAL=1 to keep them.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
+# Free disk and the size of target/, printed at each heavy step, so that a run
+# that fails for space says so.
+disk() { echo "   disk: $(df -h --output=avail . | tail -1 | tr -d ' ') free, target/ $(du -sh target 2>/dev/null | cut -f1 || echo 0)"; }
+
+# SUBTASK_TEST_PRUNE=1 (.ci/run sets it) deletes build outputs that no later
+# step uses once their step is done: the test binaries after the cargo test
+# steps, the release build after the conformance suite. Off by default, as a
+# developer's next `cargo test` would link them all again.
+prune() {
+  [[ "${SUBTASK_TEST_PRUNE:-0}" == 1 ]] || return 0
+  echo "== SUBTASK_TEST_PRUNE=1: deleting $1"
+  shift
+  rm -rf "$@"
+  disk
+}
+
 echo "== toolchain"
 cargo --version
+disk
 rustup component list --installed 2>/dev/null | grep -E '^(rustfmt|clippy)' || true
 for c in rustfmt clippy; do
   if ! rustup component list --installed 2>/dev/null | grep -q "^$c"; then
@@ -57,14 +79,24 @@ cargo test --no-default-features
 cargo test --no-default-features --features server --lib
 cargo test --no-default-features --features server --doc
 
+disk
+# Test binaries are the files in target/debug/deps with no extension; the
+# libraries, proc macros and build scripts the later builds reuse all have one.
+prune "the test binaries (no later step runs them)" \
+  $(find target/debug/deps -maxdepth 1 -type f ! -name '*.*' 2>/dev/null)
+
 echo "== official MCP conformance suite (installs Node 22 and the suite into .cache/)"
 bash scripts/conformance.sh
+disk
+prune "the release build (only the conformance suite used it)" target/release
 
 echo "== the web view in headless Chromium (installs Debian's chromium and playwright-core into .cache/)"
 bash scripts/ui.sh
+disk
 
 echo "== interop suite: released MCP clients drive subtask serve (installs pinned clients into .cache/)"
 bash scripts/interop.sh
+disk
 
 echo "== OAuth: a real authorization server (oidc-provider) and a released client against subtask serve (scripts/oauth.sh)"
 bash scripts/oauth.sh
