@@ -54,6 +54,34 @@ use schema::{check_keys, prepare};
 use syncer::{SyncState, Syncer, syncer_loop};
 use writer::{Writer, writer_loop};
 
+/// The writer thread's body: `writer` (the write loop), then the syncer
+/// told to sync what is committed and stop, and waited for. A panic in
+/// `writer` fails the store, so its callers get an error instead of
+/// waiting, and still stops the syncer (which syncs what was committed):
+/// it no longer stays parked for the life of the process.
+fn run_writer(shared: &Shared, syncer: Option<JoinHandle<()>>, writer: impl FnOnce()) {
+    /// Tells the syncer to stop, on the way out or while unwinding.
+    struct StopSyncer<'a>(&'a Shared);
+    impl Drop for StopSyncer<'_> {
+        fn drop(&mut self) {
+            if let Some(sync) = &self.0.sync {
+                sync.state.lock().closing = true;
+                sync.wake.notify_one();
+            }
+        }
+    }
+    // Dropped in reverse order: the store is failed first (on a panic),
+    // then the syncer stopped.
+    let stop = StopSyncer(shared);
+    let guard = shared.queue.writer_guard();
+    writer();
+    drop(guard);
+    drop(stop);
+    if let Some(h) = syncer {
+        let _ = h.join();
+    }
+}
+
 /// How to open a [`SqliteStore`].
 #[derive(Debug, Clone)]
 pub struct SqliteConfig {
@@ -241,20 +269,7 @@ impl SqliteStore {
             let path = path.clone();
             std::thread::Builder::new()
                 .name("subtask-store".into())
-                .spawn(move || {
-                    // A panic fails the store instead of leaving its
-                    // callers waiting (the syncer, if any, still syncs
-                    // what was committed).
-                    let _guard = shared.queue.writer_guard();
-                    writer_loop(writer, &shared, max, &path);
-                    if let Some(sync) = &shared.sync {
-                        sync.state.lock().closing = true;
-                        sync.wake.notify_one();
-                    }
-                    if let Some(h) = syncer {
-                        let _ = h.join();
-                    }
-                })
+                .spawn(move || run_writer(&shared, syncer, || writer_loop(writer, &shared, max, &path)))
                 .map_err(io)?
         };
         finished::start_sweeper(&shared, &path).map_err(io)?;
@@ -536,5 +551,48 @@ impl TaskStore for SqliteStore {
 
     fn describe(&self) -> String {
         self.describe.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A panic in the write loop fails the store and stops the syncer
+    /// thread, which used to stay parked for the life of the process.
+    #[test]
+    fn a_writer_panic_fails_the_store_and_stops_the_syncer() {
+        let path = std::env::temp_dir().join(format!("subtask-writer-panic-{}-wal", std::process::id()));
+        let wal = File::create(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let shared = Arc::new(Shared {
+            queue: WriteQueue::new(),
+            sync: Some(Syncer {
+                wal,
+                state: Mutex::new(SyncState::default()),
+                wake: Condvar::new(),
+            }),
+            stats: CommitStats::default(),
+        });
+        let syncer = {
+            let shared = shared.clone();
+            std::thread::spawn(move || syncer_loop(&shared))
+        };
+        let writer = {
+            let shared = shared.clone();
+            std::thread::spawn(move || run_writer(&shared, None, || panic!("a write loop that panics")))
+        };
+        assert!(writer.join().is_err(), "the panic reaches the thread's end");
+        let error = shared.queue.mark.writable().expect_err("the store is failed");
+        assert!(error.to_string().contains("panicked"), "{error}");
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !syncer.is_finished() {
+            assert!(
+                std::time::Instant::now() < until,
+                "the syncer is still running 10 s after the writer died"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        syncer.join().unwrap();
     }
 }
