@@ -58,7 +58,7 @@ cargo test --all-features
 echo "== the in-process server and client tests again, on a PostgreSQL store (tests/support/store.rs)"
 SUBTASK_TEST_STORE=postgres cargo test --all-features --test server_http --test legacy_tasks --test client
 
-echo "== feature combinations: runtime only, server without sqlite, client only, rmcp adapter"
+echo "== feature combinations: runtime only, server without sqlite, client only, rmcp adapter, each store without the server"
 # A runtime-only user builds none of the server, client, store or CLI stacks.
 runtime_deps="$(cargo tree --no-default-features -e normal --prefix none | awk '{print $1}' | sort -u)"
 for heavy in axum reqwest rusqlite postgres tokio-postgres clap petgraph terminal_size tracing-subscriber \
@@ -73,6 +73,9 @@ cargo clippy --no-default-features --features server --all-targets -- -D warning
 cargo clippy --no-default-features --features client --all-targets -- -D warnings
 # The rmcp adapter on its own (no SQLite, no client): the library builds.
 cargo clippy --no-default-features --features rmcp --lib -- -D warnings
+# A library user's stores without the server: each builds on its own.
+cargo clippy --no-default-features --features sqlite --lib -- -D warnings
+cargo clippy --no-default-features --features postgres --lib -- -D warnings
 # Runtime only: unit, property and runtime tests and the lib.rs quickstart doctest.
 cargo test --no-default-features
 # The server without SQLite: its unit tests and doctests.

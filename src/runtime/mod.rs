@@ -203,7 +203,7 @@ impl Runtime {
 
     /// The forests' configuration (for commands on a tree rebuilt from its
     /// rows).
-    #[cfg(feature = "postgres")]
+    #[cfg(all(feature = "postgres", feature = "server"))]
     pub(crate) fn forest_config(&self) -> Arc<ForestConfig> {
         self.inner.forest_config.clone()
     }

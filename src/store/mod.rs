@@ -416,7 +416,10 @@ pub type ListPosition = (i64, i64);
 
 /// Now, in ms since the Unix epoch: the unit of a released tree's deletion
 /// time in the stores' rows ([`WriteOp::Release`]).
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "sqlite", all(feature = "postgres", feature = "server"))),
+    allow(dead_code)
+)]
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

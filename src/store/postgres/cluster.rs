@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use postgres::Client;
 
+pub(crate) use super::held_roots;
 pub(crate) use super::membership::end_sessions;
 
 /// Extends the lease of instance `id` at `epoch` to `lease` from the
@@ -113,19 +114,6 @@ pub(crate) fn claim_trees(
     )?;
     tx.commit()?;
     Ok(Some(rows.iter().map(|r| r.get(0)).collect()))
-}
-
-/// The roots of the trees instance `me` holds.
-pub(crate) fn held_roots(client: &mut Client, me: uuid::Uuid) -> Result<Vec<uuid::Uuid>, postgres::Error> {
-    Ok(client
-        .query(
-            "SELECT id FROM subtask_tasks WHERE holder = $1 AND parent IS NULL
-               AND NOT EXISTS (SELECT 1 FROM subtask_released x WHERE x.root = subtask_tasks.id)",
-            &[&me],
-        )?
-        .iter()
-        .map(|r| r.get(0))
-        .collect())
 }
 
 /// Publishes instance `me`'s live tasks per principal (`principals` and

@@ -416,6 +416,20 @@ impl Drop for PostgresStore {
     }
 }
 
+/// The roots of the trees instance `me` holds, but those it let go of once
+/// finished: what it loads at start and after a takeover.
+pub(crate) fn held_roots(client: &mut Client, me: uuid::Uuid) -> Result<Vec<uuid::Uuid>, postgres::Error> {
+    Ok(client
+        .query(
+            "SELECT id FROM subtask_tasks WHERE holder = $1 AND parent IS NULL
+               AND NOT EXISTS (SELECT 1 FROM subtask_released x WHERE x.root = subtask_tasks.id)",
+            &[&me],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
 impl TaskStore for PostgresStore {
     /// A cluster member's store: its cluster answers for the trees its
     /// runtime let go of from the rows, as for the trees other instances
@@ -454,20 +468,18 @@ impl TaskStore for PostgresStore {
         // Trees let go of once finished stay in the rows, not in memory.
         self.shared.read(move |client| {
             let roots: Vec<uuid::Uuid> = match holder {
-                None => client.query(
-                    "SELECT id FROM subtask_tasks WHERE parent IS NULL AND NOT EXISTS (SELECT 1 FROM subtask_released x WHERE x.root = subtask_tasks.id)",
-                    &[],
-                ),
+                None => client
+                    .query(
+                        "SELECT id FROM subtask_tasks WHERE parent IS NULL AND NOT EXISTS (SELECT 1 FROM subtask_released x WHERE x.root = subtask_tasks.id)",
+                        &[],
+                    )
+                    .map_err(io)?
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect(),
                 // A cluster member loads the trees it holds.
-                Some(me) => client.query(
-                    "SELECT id FROM subtask_tasks WHERE holder = $1 AND NOT EXISTS (SELECT 1 FROM subtask_released x WHERE x.root = subtask_tasks.id)",
-                    &[&me],
-                ),
-            }
-            .map_err(io)?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+                Some(me) => held_roots(client, me).map_err(io)?,
+            };
             read_trees_with(client, Some(&roots), keys.as_deref())
         })
     }
