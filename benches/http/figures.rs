@@ -337,7 +337,8 @@ pub(crate) fn sqlite_scale(lg: &tokio::runtime::Runtime, live: usize, label: &st
 /// server's threads' files): subtask's server (in memory) with 1,000 live
 /// tasks, then 20,000 `tasks/get` of live tasks and 5,000 call-completes
 /// from 4 loops (`SUBTASK_HTTP_PROFILE_LIVE`, `SUBTASK_HTTP_PROFILE_GETS`,
-/// `SUBTASK_HTTP_PROFILE_CALLS`).
+/// `SUBTASK_HTTP_PROFILE_CALLS`); `SUBTASK_HTTP_PROFILE_STORE=sqlite` runs
+/// the server on the SQLite store.
 pub(crate) fn profile(lg: &tokio::runtime::Runtime) {
     let count = |var: &str, default: usize| {
         std::env::var(var)
@@ -348,7 +349,17 @@ pub(crate) fn profile(lg: &tokio::runtime::Runtime) {
     let gets = count("SUBTASK_HTTP_PROFILE_GETS", 20_000);
     let calls = count("SUBTASK_HTTP_PROFILE_CALLS", 5_000);
     let live = count("SUBTASK_HTTP_PROFILE_LIVE", 1000);
-    let mut sub = Side::new(lg, "subtask", start_subtask(&Store::Memory), live);
+    // `SUBTASK_HTTP_PROFILE_STORE=sqlite`: the server on the SQLite store
+    // (its writer and syncer threads are the server's too), held a little
+    // after the last request so finished trees are let go inside the run.
+    let dir = tempdir::TempDir::new("bench-http-profile");
+    let sqlite = std::env::var("SUBTASK_HTTP_PROFILE_STORE").as_deref() == Ok("sqlite");
+    let store = if sqlite {
+        Store::Sqlite(dir.db())
+    } else {
+        Store::Memory
+    };
+    let mut sub = Side::new(lg, "subtask", start_subtask(&store), live);
     // `SUBTASK_HTTP_PROFILE_TARGET=axum`: the same gets against the bare
     // handler instead (its answer: a real tasks/get answer of subtask's).
     if std::env::var("SUBTASK_HTTP_PROFILE_TARGET").as_deref() == Ok("axum") {
@@ -418,6 +429,10 @@ pub(crate) fn profile(lg: &tokio::runtime::Runtime) {
         out
     });
     let requests: u64 = conns.iter().map(|c| c.requests).sum();
+    if sqlite {
+        // Past the 2 s grace of the last finished tree.
+        std::thread::sleep(Duration::from_secs(4));
+    }
     println!(
         "# profile: {requests} requests ({gets} gets, {calls} call-completes) in {:.1} s, server CPU {:.1} ms",
         t0.elapsed().as_secs_f64(),
