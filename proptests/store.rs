@@ -300,7 +300,9 @@ impl Written {
                     WriteOp::PutTree(_) => self.seen.put_trees += 1,
                     WriteOp::Receipt { .. } => unreachable!("the generator writes no receipts"),
                     WriteOp::AppendJournal(_) => unreachable!("the generator runs no handler"),
-                    WriteOp::Release { .. } => unreachable!("the generator's runtime keeps finished trees"),
+                    WriteOp::Release { .. } | WriteOp::Ended { .. } => {
+                        unreachable!("the generator's runtime keeps finished trees")
+                    }
                 }
             }
             self.seen.batches += 1;

@@ -126,6 +126,232 @@ async fn a_finished_tree_leaves_memory_after_its_grace_and_the_file_answers_for_
     assert!(reads.read_task(live).unwrap().is_some());
 }
 
+/// Waits until the runtime's clones of `store` are gone, then drops it.
+fn close(store: Arc<SqliteStore>) {
+    for _ in 0..1000 {
+        if Arc::strong_count(&store) == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(store);
+}
+
+/// `(released, journal rows)` of `root`'s tree as the file holds them.
+fn on_file(dir: &TempDir, root: TaskId) -> (Option<i64>, i64) {
+    let conn = rusqlite::Connection::open(dir.db()).unwrap();
+    let blob = root.as_u128().to_be_bytes().to_vec();
+    let released = conn
+        .query_row("SELECT released FROM tasks WHERE id = ?1", [&blob], |r| r.get(0))
+        .unwrap();
+    let journal = conn
+        .query_row("SELECT count(*) FROM journal WHERE root = ?1", [&blob], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    (released, journal)
+}
+
+/// The SQLite store marks a tree as let go as its root ends
+/// (`WriteOp::Ended`, with the root's terminal state), carrying the
+/// core's deletion time, while the runtime still holds the tree for its
+/// grace; the finished tree's journal goes with it, a live tree's stays.
+/// A restart inside the grace loads only the live tree, and the file
+/// answers for the finished one as the runtime showed it.
+#[test]
+fn a_tree_is_marked_as_it_ends_and_a_restart_inside_its_grace_does_not_load_it() {
+    let dir = TempDir::new("finished-mark");
+    let (root, live, shown) = {
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let store = open(&dir);
+        let out = tokio.block_on(async {
+            let rt = Runtime::with_store(config(Duration::from_secs(600)), store.clone());
+            let options = || RootOptions {
+                ttl_ms: Some(300_000),
+                ..RootOptions::default()
+            };
+            // Both journal a step (durable execution); one ends.
+            let root = rt.spawn_resumable(options(), json!({}), |ctx: TaskContext| async move {
+                let n: u32 = ctx.step("count", || async { 7 }).await?;
+                Ok(text(&format!("counted {n}")))
+            });
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            let live = rt.spawn_resumable(options(), json!({}), |ctx: TaskContext| async move {
+                let _: u32 = ctx.step("count", || async { 8 }).await?;
+                let _ = rx.await;
+                Ok(text("late"))
+            });
+            until("the root to complete", || {
+                rt.get(root, ClientView::BASE).map(|t| t.status()) == Some(TaskStatus::Completed)
+            })
+            .await;
+            rt.flushed(root).await.unwrap();
+            until("the live tree's step to be stored", || on_file(&dir, live).1 == 1).await;
+            let shown = rt.get(root, ClientView::BASE).expect("held through its grace");
+            std::mem::forget(tx);
+            (root, live, shown)
+        });
+        tokio.shutdown_timeout(Duration::from_secs(5));
+        close(store);
+        out
+    };
+    let (released, journal) = on_file(&dir, root);
+    let released = released.expect("marked as it ended");
+    // The core's deletion time: the root's expiry (creation + TTL) and
+    // the deletion grace.
+    let t = shown.task();
+    let expected = t.created_at.as_millis()
+        + t.ttl_ms.expect("a TTL")
+        + subtask::core::ForestConfig::default().deletion_grace_ms;
+    assert_eq!(released, i64::try_from(expected).unwrap(), "the deletion time");
+    assert_eq!(journal, 0, "a finished tree's journal was kept");
+    assert_eq!(
+        on_file(&dir, live),
+        (None, 1),
+        "the live tree's row or journal changed"
+    );
+    let store = open(&dir);
+    let loaded: Vec<TaskId> = store.load().unwrap().iter().map(|t| t.meta.root).collect();
+    assert_eq!(loaded, vec![live], "only the live tree is loaded");
+    let row = store
+        .finished()
+        .unwrap()
+        .read_task(root)
+        .unwrap()
+        .expect("the file answers for it");
+    let rec = subtask::core::decode_state(root, row.root, row.parent, row.position, &row.state).unwrap();
+    assert_eq!(rec.detailed(row.children.clone(), ClientView::BASE), shown);
+    // The reopened store knows which trees have a journal: deleting the
+    // live one deletes its journal too.
+    store.submit(WriteBatch {
+        root: live,
+        version: 99,
+        ops: vec![WriteOp::DeleteTree(live)],
+    });
+    store.flush().unwrap();
+    let journal: i64 = rusqlite::Connection::open(dir.db())
+        .unwrap()
+        .query_row("SELECT count(*) FROM journal", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(journal, 0, "a deleted tree's journal was kept after a restart");
+}
+
+/// A tree that ended unmarked (finished trees were kept when it ended) is
+/// marked as a restart that lets finished trees go loads it, and leaves
+/// memory after its grace; the file answers for it then.
+#[test]
+fn a_tree_that_ended_unmarked_is_marked_at_recovery_and_let_go_after_its_grace() {
+    let dir = TempDir::new("finished-unmarked");
+    let root = {
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let store = open(&dir);
+        let root = tokio.block_on(async {
+            let kept = RuntimeConfig {
+                release_finished_after: None,
+                ..RuntimeConfig::default()
+            };
+            let rt = Runtime::with_store(kept, store.clone());
+            let root = tree(&rt);
+            until("the tree to complete", || {
+                rt.get(root, ClientView::BASE).map(|t| t.status()) == Some(TaskStatus::Completed)
+            })
+            .await;
+            rt.flushed(root).await.unwrap();
+            root
+        });
+        tokio.shutdown_timeout(Duration::from_secs(5));
+        close(store);
+        root
+    };
+    assert_eq!(
+        on_file(&dir, root).0,
+        None,
+        "marked while finished trees were kept"
+    );
+    let store = open(&dir);
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    tokio.block_on(async {
+        let rt = Runtime::with_store(config(Duration::from_millis(300)), store.clone());
+        let report = rt
+            .recover(
+                |name| subtask::runtime::Owner::new(name, usize::MAX),
+                |_meta| async { None },
+            )
+            .await
+            .unwrap();
+        assert_eq!(report.trees, 1, "{report}");
+        assert!(rt.get(root, ClientView::BASE).is_some(), "not loaded");
+        rt.flushed(root).await.unwrap();
+        let released = on_file(&dir, root).0.expect("marked as it was loaded");
+        assert!(released > 0);
+        until("the tree to leave memory", || {
+            rt.get(root, ClientView::BASE).is_none()
+        })
+        .await;
+        let row = store
+            .finished()
+            .unwrap()
+            .read_task(root)
+            .unwrap()
+            .expect("stored");
+        assert_eq!(row.children.len(), 3);
+        assert_eq!(on_file(&dir, root).0, Some(released), "the mark changed");
+    });
+}
+
+/// A tree marked as it ended and deleted by its TTL inside its grace
+/// (before the store's sweep) leaves the file and the store's maps: its
+/// rows are gone, the file no longer answers for it, and a restart
+/// loads nothing.
+#[test]
+fn a_tree_marked_as_it_ended_and_deleted_inside_its_grace_leaves_the_file() {
+    let dir = TempDir::new("finished-ttl");
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let store = open(&dir);
+    let root = tokio.block_on(async {
+        let mut cfg = config(Duration::from_secs(600));
+        cfg.forest.deletion_grace_ms = 0;
+        let rt = Runtime::with_store(cfg, store.clone());
+        let root = rt.spawn(
+            RootOptions {
+                ttl_ms: Some(1_000),
+                ..RootOptions::default()
+            },
+            |ctx: TaskContext| async move {
+                let kid = ctx
+                    .spawn_subtask(SubtaskOptions::default(), |_| async { Ok(text("leaf")) })
+                    .expect("spawn");
+                kid.outcome().await;
+                Ok(text("root"))
+            },
+        );
+        until("the tree to complete", || {
+            rt.get(root, ClientView::BASE).map(|t| t.status()) == Some(TaskStatus::Completed)
+        })
+        .await;
+        rt.flushed(root).await.unwrap();
+        assert!(on_file(&dir, root).0.is_some(), "not marked as it ended");
+        until("the TTL to delete the tree", || {
+            rt.get(root, ClientView::BASE).is_none()
+        })
+        .await;
+        root
+    });
+    tokio.shutdown_timeout(Duration::from_secs(5));
+    store.flush().unwrap();
+    let rows = || {
+        rusqlite::Connection::open(dir.db())
+            .unwrap()
+            .query_row("SELECT count(*) FROM tasks", [], |r| r.get::<_, i64>(0))
+            .unwrap()
+    };
+    assert_eq!(rows(), 0, "rows of a deleted tree stayed");
+    assert!(store.finished().unwrap().read_task(root).unwrap().is_none());
+    close(store);
+    let store = open(&dir);
+    assert!(store.load().unwrap().is_empty());
+}
+
 #[test]
 fn a_let_go_tree_is_not_loaded_at_start_and_live_ones_are() {
     let dir = TempDir::new("finished-restart");
@@ -258,6 +484,69 @@ fn the_store_deletes_a_let_go_tree_once_its_deletion_time_passes() {
         "a tree not yet due was deleted"
     );
     assert!(store.load().unwrap().is_empty(), "a released tree was loaded");
+}
+
+/// The sweep finds due trees in the writer's maps, which a restart
+/// rebuilds from the file: a tree released before the stop, due after
+/// it, is deleted by the reopened store's sweep, and one not due stays.
+#[test]
+fn a_tree_released_before_a_restart_is_swept_once_due_after_it() {
+    let dir = TempDir::new("finished-sweep-restart");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let root = |id: u128| StoredTask {
+        id: TaskId::from_u128(id),
+        root: TaskId::from_u128(id),
+        parent: None,
+        position: 0,
+        version: 0,
+        state: "{}".into(),
+    };
+    let store = open(&dir);
+    for (id, delete_at) in [(1u128, now + 1_500), (2, now + 3_600_000)] {
+        store.submit(WriteBatch {
+            root: TaskId::from_u128(id),
+            version: 1,
+            ops: vec![
+                WriteOp::PutTask(root(id)),
+                WriteOp::Release {
+                    root: TaskId::from_u128(id),
+                    delete_at: Some(delete_at),
+                },
+            ],
+        });
+    }
+    store.flush().unwrap();
+    close(store);
+    let store = open(&dir);
+    let ids = || {
+        let conn = rusqlite::Connection::open(dir.db()).unwrap();
+        let mut st = conn.prepare("SELECT id FROM tasks ORDER BY seq").unwrap();
+        st.query_map([], |r| r.get::<_, Vec<u8>>(0))
+            .unwrap()
+            .map(|b| TaskId::from_u128(u128::from_be_bytes(b.unwrap().try_into().unwrap())))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids().len(), 2);
+    let t0 = std::time::Instant::now();
+    while ids() != vec![TaskId::from_u128(2)] {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the reopened store did not sweep the due tree: {:?}",
+            ids()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        store
+            .finished()
+            .unwrap()
+            .read_task(TaskId::from_u128(2))
+            .unwrap()
+            .is_some()
+    );
 }
 
 /// A principal's trees and a task's children are found through the

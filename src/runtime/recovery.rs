@@ -10,7 +10,7 @@ use super::context::HandlerBody;
 use super::owner::Owner;
 use super::tree::{Durable, Post, RtTable, StartJob, TreeCell, TreeState};
 use crate::core::{Forest, TaskRecord, decode_state};
-use crate::store::{StoreError, StoredTree, TreeMeta};
+use crate::store::{StoreError, StoredTree, TreeMeta, WriteOp};
 
 /// What a root task was started as, so it can run again after a restart.
 #[derive(Debug, Clone, PartialEq)]
@@ -199,10 +199,20 @@ impl Runtime {
             let recovery = {
                 let mut st = tree.state.lock();
                 let rec = st.forest.recover_after_restart(now, root, body.is_some());
-                inner.absorb(inner.tool_of(&tree), &mut st, &mut post);
                 // A tree that finished before the stop leaves memory as
-                // one finishing now does (`driver/release.rs`).
-                post.root_finished |= st.forest.task(root).is_some_and(|r| r.is_terminal());
+                // one finishing now does (`driver/release.rs`), marked
+                // now on a store that marks trees as they end (it ended
+                // unmarked: under an older build, or with finished trees
+                // kept).
+                let finished = st.forest.task(root).is_some_and(|r| r.is_terminal());
+                if finished && inner.marks_ended() {
+                    post.extra.push(WriteOp::Ended {
+                        root,
+                        delete_at: st.forest.next_deadline().map(|t| t.as_millis()),
+                    });
+                }
+                inner.absorb(inner.tool_of(&tree), &mut st, &mut post);
+                post.root_finished |= finished;
                 rec
             };
             report.failed += recovery.failed.len();

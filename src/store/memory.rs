@@ -80,7 +80,7 @@ impl TaskStore for MemoryStore {
                     entries.push(row.entry);
                 }
                 // No inbox in memory; finished trees stay in the runtime.
-                WriteOp::Receipt { .. } | WriteOp::Release { .. } => {}
+                WriteOp::Receipt { .. } | WriteOp::Release { .. } | WriteOp::Ended { .. } => {}
             }
         }
         Ticket(st.next)

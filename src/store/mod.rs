@@ -183,6 +183,22 @@ pub enum WriteOp {
         /// never.
         delete_at: Option<u64>,
     },
+    /// A tree's root just became terminal, on a store that marks finished
+    /// trees as they end ([`TaskStore::marks_ended`]): written in the batch
+    /// of the root's terminal state, just before it. The store marks the
+    /// tree as a [`WriteOp::Release`] would (on the row that write changes
+    /// anyway), while the runtime keeps the tree in memory for its grace;
+    /// when the tree then leaves memory nothing more is written. Until
+    /// then a later write of the tree (its deletion) may still follow.
+    /// Other stores ignore it (the runtime only writes it to a store that
+    /// asked for it).
+    Ended {
+        /// The tree.
+        root: TaskId,
+        /// When the tree is deleted (ms since the Unix epoch); `None`:
+        /// never.
+        delete_at: Option<u64>,
+    },
 }
 
 /// One entry of a task's journal.
@@ -236,7 +252,7 @@ impl WriteOp {
             WriteOp::DeleteTree(r) => *r,
             WriteOp::Receipt { root, .. } => *root,
             WriteOp::AppendJournal(row) => row.root,
-            WriteOp::Release { root, .. } => *root,
+            WriteOp::Release { root, .. } | WriteOp::Ended { root, .. } => *root,
         }
     }
 }
@@ -372,6 +388,16 @@ pub trait TaskStore: Send + Sync + 'static {
     /// not hold from the database (`docs/scale-out.md`).
     fn lets_finished_go(&self) -> bool {
         self.finished().is_some()
+    }
+
+    /// Whether this store marks a tree let go as its root ends
+    /// ([`WriteOp::Ended`], with the root's terminal state) rather than
+    /// when the tree leaves memory ([`WriteOp::Release`], a grace later).
+    /// `false` by default. The SQLite store says yes: the mark then costs
+    /// one more column on a row its commit writes anyway, where a
+    /// release a grace later rewrites a page written seconds before.
+    fn marks_ended(&self) -> bool {
+        false
     }
 }
 

@@ -87,13 +87,30 @@ impl Inner {
         for effect in st.forest.take_effects() {
             if persist {
                 let op = match (&effect, post.release) {
-                    // The tree leaves memory, not the store.
-                    (Effect::TreeDeleted { root, .. }, Some(delete_at)) => Some(WriteOp::Release {
-                        root: *root,
-                        delete_at,
-                    }),
+                    // The tree leaves memory, not the store: marked so
+                    // now, unless it was as it ended (`WriteOp::Ended`).
+                    (Effect::TreeDeleted { root, .. }, Some(delete_at)) => {
+                        (!self.marks_ended()).then_some(WriteOp::Release {
+                            root: *root,
+                            delete_at,
+                        })
+                    }
                     _ => super::persist::write_for_effect(&st.forest, &effect),
                 };
+                // A root that ends is marked as let go in the same batch,
+                // just before its terminal state, on a store that asks
+                // (`driver/release.rs`).
+                if let Effect::Changed { slot, to, .. } = &effect
+                    && to.is_terminal()
+                    && let Some(rec) = st.forest.task_at(*slot)
+                    && rec.parent().is_none()
+                    && self.marks_ended()
+                {
+                    ops.push(WriteOp::Ended {
+                        root: rec.id(),
+                        delete_at: st.forest.next_deadline().map(|t| t.as_millis()),
+                    });
+                }
                 ops.extend(op);
             }
             match effect {

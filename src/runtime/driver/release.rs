@@ -35,6 +35,17 @@ impl Inner {
         Some(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX))
     }
 
+    /// Whether finished trees are let go ([`Inner::release_grace`]) on a
+    /// store that marks them as they end ([`WriteOp::Ended`]): the mark is
+    /// written with the root's terminal state (or, for a tree that had
+    /// ended before a restart, as it is loaded), and nothing when the
+    /// tree leaves memory.
+    ///
+    /// [`WriteOp::Ended`]: crate::store::WriteOp::Ended
+    pub(crate) fn marks_ended(&self) -> bool {
+        self.release_grace().is_some() && self.store.as_ref().is_some_and(|s| s.marks_ended())
+    }
+
     /// Lets `tree` go if it is finished, durable and past its grace;
     /// returns whether it did. A tree that is finished but not yet due (or
     /// not yet durable) is checked again when it is.

@@ -88,6 +88,9 @@ fn fold(group: &[(u64, WriteBatch)], keys: Option<&Keyring>) -> Folded {
                     let at = delete_at.map_or(i64::MAX, |t| i64::try_from(t).unwrap_or(i64::MAX));
                     out.released.push((uuid(*root), at));
                 }
+                // Not asked for (`TaskStore::marks_ended`): the release
+                // is written as the tree leaves memory.
+                WriteOp::Ended { .. } => {}
                 WriteOp::AppendJournal(row) => {
                     let entry = match keys {
                         None => row.entry.clone(),

@@ -512,6 +512,10 @@ impl TaskStore for SqliteStore {
         Some(self)
     }
 
+    fn marks_ended(&self) -> bool {
+        true
+    }
+
     fn is_durable(&self, ticket: Ticket) -> Result<bool, StoreError> {
         self.shared.queue.mark.check(ticket)
     }

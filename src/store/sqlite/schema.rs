@@ -55,6 +55,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
     -- writer's maps find them.
     CREATE INDEX tasks_released ON tasks(released) WHERE released IS NOT NULL;
 ",
+    "
+    -- The sweep finds released trees past their deletion time in the
+    -- writer's maps (filled by the scan at open): every mark wrote to this
+    -- index, a page per commit (docs/durability.md, Finished trees).
+    DROP INDEX IF EXISTS tasks_released;
+",
 ];
 
 /// The schema version this build writes.
