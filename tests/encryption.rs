@@ -162,6 +162,21 @@ async fn research(server: &ServerProcess, secret: &str) -> String {
     }
 }
 
+/// Starts a research paced to run for about 40 s (`"pace": 20`) whose
+/// question carries `secret`; its task id, once it is working.
+async fn slow_research(server: &ServerProcess, secret: &str) -> String {
+    let c = Client::new(server.addr(), full_caps());
+    let id = c
+        .start_task(
+            "deep_research",
+            json!({"question": format!("what is {secret}?"), "breadth": 1, "depth": 1, "pace": 20}),
+        )
+        .await;
+    let t = c.get(&id).await;
+    assert!(!is_terminal(&t), "the paced research ended at once: {t}");
+    id
+}
+
 /// `tasks/get` of `id`: completed, with `secret` in its result.
 async fn reads_back(server: &ServerProcess, id: &str, secret: &str) {
     let c = Client::new(server.addr(), full_caps());
@@ -287,6 +302,18 @@ async fn sqlite_a_sealed_database_keeps_no_secret_refuses_wrong_keys_and_rotates
     reads_back(&server, &id1, &first).await;
     let second = secret("sqlite-2");
     let id2 = research(&server, &second).await;
+    // A finished tree's journal is deleted as it ends: a research still
+    // running at the stop keeps one, sealed with k2.
+    let third = secret("sqlite-3");
+    let live = slow_research(&server, &third).await;
+    let deadline = Instant::now() + GUARD;
+    while sqlite_rows_under(&db_path, "k2").1 == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no journal row under k2 while {live} runs"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // The running server holds the database: reencrypt is refused.
     let (ok, out) = env.reencrypt(&db, &rotated);
     assert!(!ok && out.contains("in use"), "{out}");
@@ -301,7 +328,7 @@ async fn sqlite_a_sealed_database_keeps_no_secret_refuses_wrong_keys_and_rotates
     assert!(out.contains("no longer needed: k1"), "{out}");
     assert_eq!(sqlite_rows_under(&db_path, "k1"), (0, 0));
     assert_eq!(files_with(&db_path, "sealed:v1:k1:"), Vec::<String>::new());
-    for s in [&first, &second] {
+    for s in [&first, &second, &third] {
         assert_eq!(files_with(&db_path, s), Vec::<String>::new());
     }
 
@@ -544,8 +571,11 @@ async fn postgres_commands_between_instances_are_sealed_in_the_inbox() {
 }
 
 /// A sealed value moved to another task's row (by someone with write
-/// access to the file) does not open there: the start is refused, naming
-/// the key, rather than serving one task's state as another's.
+/// access to the file) does not open there, and one task's state is never
+/// served as another's: a finished tree, which the file answers for, is
+/// refused when it is read, naming the key (the others still read); a
+/// tree the server loads at start (one still running at the stop) makes
+/// the start refused, naming the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_sealed_value_moved_to_another_row_is_refused() {
     let env = Env::new("enc-moved");
@@ -553,26 +583,41 @@ async fn sqlite_a_sealed_value_moved_to_another_row_is_refused() {
     let db = db_path.to_str().unwrap().to_owned();
     let k1 = env.keys("k1.keys", &[K1]);
     let server = env.start(&db, Some(&k1), &[]).await;
-    let first = research(&server, &secret("moved-1")).await;
+    let one = secret("moved-1");
+    let first = research(&server, &one).await;
     let second = research(&server, &secret("moved-2")).await;
+    let live = slow_research(&server, &secret("moved-3")).await;
     stop(server);
-    {
+    let move_state = |from: &str, to: &str| {
         let c = rusqlite::Connection::open(&db_path).unwrap();
         let id = |s: &str| uuid::Uuid::parse_str(s).unwrap().as_bytes().to_vec();
         let state: String = c
-            .query_row("SELECT state FROM tasks WHERE id = ?1", [id(&first)], |r| {
-                r.get(0)
-            })
+            .query_row("SELECT state FROM tasks WHERE id = ?1", [id(from)], |r| r.get(0))
             .unwrap();
         assert!(state.starts_with("sealed:v1:k1:"), "{state}");
         let n = c
             .execute(
                 "UPDATE tasks SET state = ?1 WHERE id = ?2",
-                rusqlite::params![state, id(&second)],
+                rusqlite::params![state, id(to)],
             )
             .unwrap();
         assert_eq!(n, 1);
-    }
+    };
+    // Into a finished tree's row: refused as it is read.
+    move_state(&first, &second);
+    let server = env.start(&db, Some(&k1), &[]).await;
+    let c = Client::new(server.addr(), full_caps());
+    let (_, error) = c.error("tasks/get", json!({"taskId": second})).await;
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("the task store could not be read")
+            && message.contains("does not open with key \"k1\""),
+        "{error}"
+    );
+    reads_back(&server, &first, &one).await;
+    stop(server);
+    // Into the root row of the tree still running: the start is refused.
+    move_state(&first, &live);
     let log = env.refused(&db, Some(&k1), &[]).await;
     assert!(log.contains("does not open with key \"k1\""), "{log}");
 }

@@ -123,6 +123,16 @@ pub(crate) fn store_error(e: StoreError) -> ErrorObject {
     }
 }
 
+/// A read of the store that failed (a finished tree answered from the
+/// file, a tree another cluster instance holds): `store_error`'s words
+/// are about a change, and nothing was changed.
+pub(crate) fn read_error(e: StoreError) -> ErrorObject {
+    ErrorObject::new(
+        ErrorCode::INTERNAL_ERROR,
+        format!("the task store could not be read: {e}"),
+    )
+}
+
 pub(crate) fn runtime_error(e: RuntimeError) -> ErrorObject {
     match &e {
         RuntimeError::Transition(crate::core::TransitionError::UnknownTask(_)) => {

@@ -16,7 +16,7 @@ use crate::model::{ClientView, DetailedTask, ErrorCode, ErrorObject, TaskId};
 #[cfg(feature = "ui")]
 use crate::runtime::view::TreeSummary;
 use crate::server::cluster::{Node, fenced_error};
-use crate::server::reply::{invalid, store_error};
+use crate::server::reply::{invalid, read_error};
 use crate::server::request::{InboxCommand, TaskCommand};
 
 impl Elsewhere for Arc<Node> {
@@ -69,7 +69,7 @@ impl Elsewhere for Arc<Node> {
             };
             let (tasks, next) = Node::list(self, principal, after, limit, view)
                 .await
-                .map_err(store_error)?;
+                .map_err(read_error)?;
             Ok((tasks, next.map(encode_cursor)))
         }))
     }
@@ -84,7 +84,7 @@ impl Elsewhere for Arc<Node> {
         Some(Box::pin(async move {
             Node::roots(self, principal, before, limit)
                 .await
-                .map_err(store_error)
+                .map_err(read_error)
         }))
     }
 
@@ -95,7 +95,7 @@ impl Elsewhere for Arc<Node> {
         principal: &'a str,
     ) -> BoxFuture<'a, Result<Vec<TreeOfRows>, ErrorObject>> {
         Box::pin(async move {
-            let trees = Node::tree_rows(self, ids, principal).await.map_err(store_error)?;
+            let trees = Node::tree_rows(self, ids, principal).await.map_err(read_error)?;
             Ok(trees
                 .into_iter()
                 .map(|(root, tool, rows)| TreeOfRows { root, tool, rows })

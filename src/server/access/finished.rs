@@ -21,7 +21,7 @@ use crate::model::{AckResult, ClientView, DetailedTask, ErrorCode, ErrorObject, 
 use crate::runtime::Applied;
 #[cfg(feature = "ui")]
 use crate::runtime::view::TreeSummary;
-use crate::server::reply::{invalid, runtime_error, store_error, task_result};
+use crate::server::reply::{invalid, read_error, runtime_error, store_error, task_result};
 use crate::server::request::TaskCommand;
 use crate::server::stored::{command_on_rows, detailed};
 #[cfg(feature = "ui")]
@@ -59,7 +59,7 @@ impl Finished {
                 format!("a read of the task store failed: {e}"),
             )
         })?
-        .map_err(store_error)
+        .map_err(read_error)
     }
 
     /// Waits until everything submitted so far is durable: rows read from
@@ -90,13 +90,13 @@ impl Elsewhere for Finished {
                 .store
                 .finished()
                 .expect("a store that answers for finished trees");
-            let Some(row) = reads.read_task(id).map_err(store_error)? else {
+            let Some(row) = reads.read_task(id).map_err(read_error)? else {
                 return Ok(None);
             };
             if row.owner.as_deref() != Some(principal) {
                 return Ok(None);
             }
-            let task = detailed(row, view).map_err(store_error)?;
+            let task = detailed(row, view).map_err(read_error)?;
             // A live task is the runtime's to show; one read here (a tree
             // created a moment ago) is shown once durable.
             if !task.status().is_terminal() {
@@ -116,7 +116,7 @@ impl Elsewhere for Finished {
         Box::pin(async move {
             let rows = self.read(move |r| r.read_trees(&[id])).await?;
             let outcome = command_on_rows(&self.forest, &rows, principal, id, command.command.clone())
-                .map_err(store_error)?
+                .map_err(read_error)?
                 .ok_or_else(ErrorObject::task_not_found)?;
             let answer = match outcome.map_err(runtime_error)? {
                 Applied::Ack => Answer::Ack(AckResult::new()),
@@ -159,7 +159,7 @@ impl Elsewhere for Finished {
             let mut last = after;
             for (at, row) in rows {
                 last = at;
-                out.push(detailed(row, view).map_err(store_error)?);
+                out.push(detailed(row, view).map_err(read_error)?);
             }
             Ok((out, full.then(|| encode_cursor(last))))
         }))
@@ -181,7 +181,7 @@ impl Elsewhere for Finished {
                 .into_iter()
                 .map(summary)
                 .collect::<Result<_, _>>()
-                .map_err(store_error)
+                .map_err(read_error)
         }))
     }
 
@@ -201,7 +201,7 @@ impl Elsewhere for Finished {
                 self.durable().await?;
             }
             Ok(trees_of(tasks, principal)
-                .map_err(store_error)?
+                .map_err(read_error)?
                 .into_iter()
                 .map(|(root, tool, rows)| TreeOfRows { root, tool, rows })
                 .collect())
