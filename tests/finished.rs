@@ -372,13 +372,7 @@ fn a_let_go_tree_is_not_loaded_at_start_and_live_ones_are() {
             (finished, live)
         });
         tokio.shutdown_timeout(Duration::from_secs(5));
-        for _ in 0..1000 {
-            if Arc::strong_count(&store) == 1 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        drop(store);
+        close(store);
         ids
     };
     let store = open(&dir);

@@ -263,10 +263,7 @@ impl Writer {
         // Roots whose `Ended` mark rides on their next row write in this
         // group (the root's terminal state, which follows it).
         let mut ending: IdMap<i64> = IdMap::default();
-        // Trees that wrote their first journal rows in this group, and
-        // trees whose journal this group deleted.
-        let mut journaled: IdMap<()> = IdMap::default();
-        let mut unjournaled: Vec<TaskId> = Vec::new();
+        let mut journals = Journals::default();
         let mut metas: IdMap<&TreeMeta> = IdMap::default();
         let keys = self.keys.as_deref();
         // Read only here; changed by `fold`, on this thread, after commit.
@@ -395,13 +392,7 @@ impl Writer {
                                     }
                                 }
                             }
-                            if maps.journaled.contains_key(root) || journaled.remove(root).is_some() {
-                                st.get(Sql::DeleteJournal)
-                                    .map_err(&e)?
-                                    .execute(params![&id_blob(*root)[..]])
-                                    .map_err(&e)?;
-                                unjournaled.push(*root);
-                            }
+                            journals.drop(&mut st, &maps, *root).map_err(&e)?;
                             released.retain(|r| r.0 != *root);
                             deleted.push(*root);
                         }
@@ -434,13 +425,7 @@ impl Writer {
                                 }
                             }
                             new_rows.retain(|r| r.1 != *root);
-                            if maps.journaled.contains_key(root) || journaled.remove(root).is_some() {
-                                st.get(Sql::DeleteJournal)
-                                    .map_err(&e)?
-                                    .execute(params![&id_blob(*root)[..]])
-                                    .map_err(&e)?;
-                                unjournaled.push(*root);
-                            }
+                            journals.drop(&mut st, &maps, *root).map_err(&e)?;
                             // A mark earlier in the group goes with it.
                             ending.remove(root);
                             released.retain(|r| r.0 != *root);
@@ -459,42 +444,30 @@ impl Writer {
                                 ])
                                 .map_err(&e)?;
                             if !maps.journaled.contains_key(&row.root) {
-                                journaled.insert(row.root, ());
+                                journals.added.insert(row.root, ());
                             }
                         }
                         // Marked with the root's terminal state, which
                         // follows in this batch (or by itself at the end
                         // of the group, below); folded as a release.
                         WriteOp::Ended { root, delete_at } => {
-                            let at = delete_at.map_or(i64::MAX, |t| i64::try_from(t).unwrap_or(i64::MAX));
+                            let at = delete_time(*delete_at);
                             ending.insert(*root, at);
                             // A finished tree never runs again: its
                             // journal is of no further use.
-                            if maps.journaled.contains_key(root) || journaled.remove(root).is_some() {
-                                st.get(Sql::DeleteJournal)
-                                    .map_err(&e)?
-                                    .execute(params![&id_blob(*root)[..]])
-                                    .map_err(&e)?;
-                                unjournaled.push(*root);
-                            }
+                            journals.drop(&mut st, &maps, *root).map_err(&e)?;
                             released.push((*root, at));
                         }
                         // Marked already (`Ended`, or a release written twice).
                         WriteOp::Release { root, .. } if maps.released.contains_key(root) => {}
                         WriteOp::Release { root, delete_at } => {
-                            let at = delete_at.map_or(i64::MAX, |t| i64::try_from(t).unwrap_or(i64::MAX));
+                            let at = delete_time(*delete_at);
                             if let Some(&rowid) = fresh.get(root).or_else(|| maps.rows.get(root)) {
                                 st.get(Sql::Release)
                                     .map_err(&e)?
                                     .execute(params![rowid, at])
                                     .map_err(&e)?;
-                                if maps.journaled.contains_key(root) || journaled.remove(root).is_some() {
-                                    st.get(Sql::DeleteJournal)
-                                        .map_err(&e)?
-                                        .execute(params![&id_blob(*root)[..]])
-                                        .map_err(&e)?;
-                                    unjournaled.push(*root);
-                                }
+                                journals.drop(&mut st, &maps, *root).map_err(&e)?;
                                 released.push((*root, at));
                             }
                         }
@@ -527,8 +500,7 @@ impl Writer {
             new_rows,
             released,
             owned,
-            journaled,
-            unjournaled,
+            journals,
         })
     }
 
@@ -553,7 +525,7 @@ impl Writer {
         }
         let mut ids = Vec::new();
         let mut owned = Vec::new();
-        let mut unjournaled = Vec::new();
+        let mut journals = Journals::default();
         let tx = Tx::begin(&self.conn).map_err(&e)?;
         {
             let mut st = Statements::new(&self.conn);
@@ -573,13 +545,7 @@ impl Writer {
                         }
                     }
                 }
-                if maps.journaled.contains_key(root) {
-                    st.get(Sql::DeleteJournal)
-                        .map_err(&e)?
-                        .execute(params![&id_blob(*root)[..]])
-                        .map_err(&e)?;
-                    unjournaled.push(*root);
-                }
+                journals.drop(&mut st, &maps, *root).map_err(&e)?;
             }
         }
         tx.commit().map_err(&e)?;
@@ -590,8 +556,7 @@ impl Writer {
             new_rows: Vec::new(),
             released: Vec::new(),
             owned,
-            journaled: IdMap::default(),
-            unjournaled,
+            journals,
         });
         Ok(n)
     }
@@ -642,8 +607,8 @@ impl Writer {
                 rows.release();
             }
         }
-        maps.journaled.extend(f.journaled);
-        for root in f.unjournaled {
+        maps.journaled.extend(f.journals.added);
+        for root in f.journals.dropped {
             maps.journaled.remove(&root);
         }
         for (owner, rowid, added) in f.owned {
@@ -792,10 +757,36 @@ struct Folded<'g> {
     new_rows: Vec<NewRow>,
     released: Vec<(TaskId, i64)>,
     owned: Vec<OwnedChange<'g>>,
+    journals: Journals,
+}
+
+/// What a transaction changed of the trees with journal rows
+/// ([`Maps::journaled`]), folded once it commits.
+#[derive(Default)]
+struct Journals {
     /// Trees that wrote their first journal rows.
-    journaled: IdMap<()>,
+    added: IdMap<()>,
     /// Trees whose journal was deleted.
-    unjournaled: Vec<TaskId>,
+    dropped: Vec<TaskId>,
+}
+
+impl Journals {
+    /// Deletes `root`'s journal if it has one (in the maps, or written
+    /// earlier in this transaction): most trees never write one, and a
+    /// `DELETE` that finds nothing still costs a statement and a seek.
+    fn drop(&mut self, st: &mut Statements<'_>, maps: &Maps, root: TaskId) -> rusqlite::Result<()> {
+        if maps.journaled.contains_key(&root) || self.added.remove(&root).is_some() {
+            st.get(Sql::DeleteJournal)?.execute(params![&id_blob(root)[..]])?;
+            self.dropped.push(root);
+        }
+        Ok(())
+    }
+}
+
+/// A release's deletion time as stored: ms since the Unix epoch,
+/// `i64::MAX` for never.
+fn delete_time(delete_at: Option<u64>) -> i64 {
+    delete_at.map_or(i64::MAX, |t| i64::try_from(t).unwrap_or(i64::MAX))
 }
 
 /// Moves queued writes into `group` (at most `max`), or takes the read job
